@@ -1,0 +1,32 @@
+// The interface every backend implements, and the one table that lists them.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "visattn/attention.h"
+#include "visattn/params.h"
+
+namespace visattn {
+
+struct Backend {
+  const char* name;
+  const char* description;
+  DeviceType device;
+  int auto_priority;           // "auto" picks the highest that is available and supports the call
+  std::vector<DType> dtypes;   // dtypes it runs
+  std::vector<int> head_dims;  // head dims it runs; empty means any
+  // Empty when the backend can run on this machine; otherwise why not.
+  std::string (*unavailable_reason)();
+  // Runs validated params. Never validates user input, never allocates device memory.
+  void (*run)(const AttentionParams& params);
+};
+
+// Every backend compiled into this build, in a fixed order.
+const std::vector<Backend>& backend_table();
+
+// Resolves `requested` ("auto" or a name) for params, or throws naming what was asked,
+// why it cannot run and what can.
+const Backend& select_backend(std::string_view requested, const AttentionParams& params);
+
+}  // namespace visattn

@@ -1,0 +1,20 @@
+// A minimal fork-join loop over independent work items on std::threads.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <thread>
+#include <vector>
+
+namespace visattn {
+
+// Threads to use: VISATTN_NUM_THREADS, else OMP_NUM_THREADS, else the hardware count.
+int default_num_threads();
+
+// Calls body(i) for every i in [0, count), items handed out dynamically in order, on up to
+// num_threads threads (the caller's included). The first exception is rethrown.
+void parallel_for(int64_t count, int num_threads, const std::function<void(int64_t)>& body);
+
+}  // namespace visattn

@@ -1,0 +1,132 @@
+#include <algorithm>
+#include <sstream>
+
+#include "backends/reference/reference.h"
+#include "core/backend.h"
+#include "core/error_message.h"
+#include "core/log.h"
+
+namespace visattn {
+
+namespace {
+
+std::string always_available() { return {}; }
+
+std::string list_names(const std::vector<const Backend*>& backends) {
+  if (backends.empty()) return "none";
+  std::ostringstream os;
+  for (size_t i = 0; i < backends.size(); ++i) os << (i ? ", " : "") << backends[i]->name;
+  return os.str();
+}
+
+std::vector<const Backend*> available_for(DeviceType device) {
+  std::vector<const Backend*> result;
+  for (const Backend& b : backend_table()) {
+    if (b.device == device && b.unavailable_reason().empty()) result.push_back(&b);
+  }
+  return result;
+}
+
+// Empty when `backend` runs this dtype and head_dim; otherwise why not.
+std::string unsupported_reason(const Backend& backend, const AttentionParams& p) {
+  if (std::find(backend.dtypes.begin(), backend.dtypes.end(), p.dtype) == backend.dtypes.end()) {
+    std::ostringstream os;
+    os << "dtype " << dtype_name(p.dtype) << " is not supported (supported:";
+    for (DType d : backend.dtypes) os << " " << dtype_name(d);
+    os << ")";
+    return os.str();
+  }
+  if (!backend.head_dims.empty() &&
+      std::find(backend.head_dims.begin(), backend.head_dims.end(), p.head_dim) ==
+          backend.head_dims.end()) {
+    std::ostringstream os;
+    os << "head_dim " << p.head_dim << " is not supported (supported:";
+    for (int d : backend.head_dims) os << " " << d;
+    os << ")";
+    return os.str();
+  }
+  return {};
+}
+
+}  // namespace
+
+const std::vector<Backend>& backend_table() {
+  static const std::vector<Backend> table = {
+      {"reference", "plain loops, fp64 accumulation; the test oracle", DeviceType::cpu, 0,
+       {DType::f32, DType::f16, DType::bf16}, {}, always_available, reference::run},
+  };
+  return table;
+}
+
+const Backend& select_backend(std::string_view requested, const AttentionParams& p) {
+  const auto& table = backend_table();
+  if (requested == "auto") {
+    const Backend* best = nullptr;
+    for (const Backend* b : available_for(p.device.type)) {
+      if (unsupported_reason(*b, p).empty() && (!best || b->auto_priority > best->auto_priority)) {
+        best = b;
+      }
+    }
+    if (!best) {
+      fail(ErrorCode::backend_unavailable, "backend=auto: no backend available here runs ",
+           dtype_name(p.dtype), " head_dim ", p.head_dim, " on ", device_name(p.device),
+           " (available for that device: ", list_names(available_for(p.device.type)), ")");
+    }
+    if (debug_log_enabled()) {
+      debug_log(concat("auto chose backend '", best->name, "' for ", device_name(p.device), " ",
+                       dtype_name(p.dtype), " head_dim ", p.head_dim));
+    }
+    return *best;
+  }
+  const auto it = std::find_if(table.begin(), table.end(),
+                               [&](const Backend& b) { return requested == b.name; });
+  if (it == table.end()) {
+    std::vector<const Backend*> all;
+    for (const Backend& b : table) all.push_back(&b);
+    fail(ErrorCode::backend_unavailable, "backend='", requested, "' is not a backend of this "
+         "build; known: auto, ", list_names(all));
+  }
+  const Backend& backend = *it;
+  if (const std::string reason = backend.unavailable_reason(); !reason.empty()) {
+    fail(ErrorCode::backend_unavailable, "backend='", requested, "' is unavailable: ", reason,
+         "; available here: ", list_names(available_for(DeviceType::cpu)), " (cpu)",
+         [] {
+           const auto gpu = available_for(DeviceType::cuda);
+           return gpu.empty() ? std::string() : ", " + list_names(gpu) + " (cuda)";
+         }());
+  }
+  if (backend.device != p.device.type) {
+    fail(ErrorCode::invalid_type, "backend='", requested, "' runs on ",
+         backend.device == DeviceType::cpu ? "cpu" : "cuda", " tensors, but q is on ",
+         device_name(p.device), "; backends for ", device_name(p.device), ": ",
+         list_names(available_for(p.device.type)));
+  }
+  if (const std::string reason = unsupported_reason(backend, p); !reason.empty()) {
+    fail(ErrorCode::unsupported, "backend='", requested, "': ", reason);
+  }
+  return backend;
+}
+
+std::vector<BackendInfo> backends() {
+  std::vector<BackendInfo> result;
+  for (const Backend& b : backend_table()) {
+    std::string reason = b.unavailable_reason();
+    result.push_back({b.name, b.description, b.device, reason.empty(), std::move(reason),
+                      b.dtypes, b.head_dims});
+  }
+  return result;
+}
+
+std::string auto_backend(DeviceType device) {
+  const Backend* best = nullptr;
+  for (const Backend* b : available_for(device)) {
+    if (!best || b->auto_priority > best->auto_priority) best = b;
+  }
+  if (!best) {
+    fail(ErrorCode::backend_unavailable, "no backend is available for ",
+         device == DeviceType::cpu ? "cpu" : "cuda", " tensors in this build");
+  }
+  return best->name;
+}
+
+}  // namespace visattn
