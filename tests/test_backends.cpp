@@ -50,6 +50,8 @@ struct Adversarial {
   int heads, kv_heads, head_dim;
 };
 
+void PrintTo(const Adversarial& a, std::ostream* os) { *os << a.name; }
+
 const Adversarial kAdversarial[] = {
     {"single_token", {1}, 2, 2, 64},
     {"zero_first_middle_last", {0, 5, 0, 0, 7, 0}, 2, 1, 32},

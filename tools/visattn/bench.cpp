@@ -29,7 +29,7 @@ using Clock = std::chrono::steady_clock;
 constexpr double kMinSecondsPerResult = 0.5;  // keep replaying until this much time has passed
 constexpr int kMinReplays = 3, kMaxReplays = 50;
 constexpr int64_t kRotateBytes = 64 << 20;     // input sets rotated beyond the caches
-constexpr double kErrorCheckBudget = 2e8;      // oracle multiply-adds spent on max_abs_err
+constexpr double kErrorCheckBudget = 4e8;      // oracle multiply-adds spent on max_abs_err
 
 struct Result {
   std::string workload, backend;
