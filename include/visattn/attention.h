@@ -24,6 +24,8 @@ struct AttentionOptions {
   // Optional output, f32 [num_heads, tokens]: natural log of each row's softmax
   // denominator (sink included), i.e. logsumexp of the scaled logits.
   std::optional<TensorView> lse;
+  // Threads of CPU backends; 0: VISATTN_NUM_THREADS, else OMP_NUM_THREADS, else every core.
+  int num_threads = 0;
 };
 
 // Softmax attention within each image of `batch`, non-causal:
@@ -44,6 +46,7 @@ struct BackendInfo {
   std::string unavailable_reason;  // empty when available
   std::vector<DType> dtypes;     // dtypes it runs
   std::vector<int> head_dims;    // head dims it runs; empty means any
+  std::string detail;            // what runs on this machine (e.g. the SIMD path)
 };
 
 std::vector<BackendInfo> backends();

@@ -39,6 +39,8 @@ struct AttentionParams {
   int64_t sinks_stride;
   float* lse;          // [num_heads, total_tokens] natural-log denominators, or null
   int64_t lse_head_stride, lse_token_stride;
+
+  int num_threads;  // CPU backends: threads to use; 0 means the default
 };
 
 }  // namespace visattn

@@ -1,5 +1,6 @@
 #include "check/run_case.h"
 
+#include <cmath>
 #include <sstream>
 
 #include "check/case_data.h"
@@ -20,7 +21,9 @@ CaseResult run_case(const CaseSpec& spec, std::string_view backend) {
   }
   const OracleResult ref = run_oracle(data);
   const std::vector<float> out = read_all(data.out);
-  result.verdict = judge_output(out, ref.out, ref.baseline, spec.dtype);
+  const double scale = spec.softmax_scale.value_or(1.0 / std::sqrt(double(spec.head_dim)));
+  const double logit_std = std::fabs(scale) * std::sqrt(double(spec.head_dim));
+  result.verdict = judge_output(out, ref.out, ref.baseline, spec.dtype, logit_std);
   if (data.lse) {
     const auto* lse = static_cast<const float*>(data.lse->data);
     judge_lse({lse, ref.lse.size()}, ref.lse, result.verdict);

@@ -8,11 +8,12 @@
 
 namespace visattn::check {
 
-double error_cap(DType dtype) {
+double error_cap(DType dtype, double logit_std) {
+  const double growth = std::max(1.0, logit_std);
   switch (dtype) {
-    case DType::f32: return 1e-5;
-    case DType::f16: return 3e-3;
-    case DType::bf16: return 2e-2;
+    case DType::f32: return 1e-5 * growth;
+    case DType::f16: return 3e-3 * growth;
+    case DType::bf16: return 2e-2 * growth;
   }
   return 0;
 }
@@ -28,7 +29,7 @@ double rounding_slack(double ref, DType dtype) {
 }  // namespace
 
 Verdict judge_output(std::span<const float> out, std::span<const double> ref,
-                     std::span<const float> baseline, DType dtype) {
+                     std::span<const float> baseline, DType dtype, double logit_std) {
   Verdict v;
   double atol = 0;
   size_t nonfinite = 0, first_nonfinite = 0;
@@ -41,14 +42,14 @@ Verdict judge_output(std::span<const float> out, std::span<const double> ref,
     v.baseline_error = std::max(v.baseline_error, std::fabs(double(baseline[i]) - ref[i]));
     atol = std::max(atol, 2 * rounding_slack(ref[i], dtype));
   }
-  v.bound = std::min(2 * v.baseline_error + atol, error_cap(dtype));
+  v.bound = std::min(2 * v.baseline_error + atol, error_cap(dtype, logit_std));
   std::ostringstream why;
   if (nonfinite) {
     why << nonfinite << " non-finite outputs (first at element " << first_nonfinite << ": "
         << out[first_nonfinite] << ")";
   } else if (v.max_error > v.bound) {
     why << "max error " << v.max_error << " > bound " << v.bound << " (baseline error "
-        << v.baseline_error << ", cap " << error_cap(dtype) << ")";
+        << v.baseline_error << ", cap " << error_cap(dtype, logit_std) << ")";
   }
   v.failure = why.str();
   v.passed = v.failure.empty();

@@ -18,6 +18,8 @@ struct Backend {
   std::vector<int> head_dims;  // head dims it runs; empty means any
   // Empty when the backend can run on this machine; otherwise why not.
   std::string (*unavailable_reason)();
+  // What runs on this machine (e.g. the SIMD path); may be null.
+  std::string (*detail)();
   // Runs validated params. Never validates user input, never allocates device memory.
   void (*run)(const AttentionParams& params);
 };

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "backends/cpu/cpu_backend.h"
 #include "backends/reference/reference.h"
 #include "core/backend.h"
 #include "core/error_message.h"
@@ -53,7 +54,10 @@ std::string unsupported_reason(const Backend& backend, const AttentionParams& p)
 const std::vector<Backend>& backend_table() {
   static const std::vector<Backend> table = {
       {"reference", "plain loops, fp64 accumulation; the test oracle", DeviceType::cpu, 0,
-       {DType::f32, DType::f16, DType::bf16}, {}, always_available, reference::run},
+       {DType::f32, DType::f16, DType::bf16}, {}, always_available, nullptr, reference::run},
+      {"cpu", "flash-style tiles, online softmax, SIMD by runtime dispatch, cost-balanced threads",
+       DeviceType::cpu, 10, {DType::f32, DType::f16, DType::bf16}, {}, always_available,
+       cpu::describe_paths, cpu::run},
   };
   return table;
 }
@@ -112,7 +116,7 @@ std::vector<BackendInfo> backends() {
   for (const Backend& b : backend_table()) {
     std::string reason = b.unavailable_reason();
     result.push_back({b.name, b.description, b.device, reason.empty(), std::move(reason),
-                      b.dtypes, b.head_dims});
+                      b.dtypes, b.head_dims, b.detail ? b.detail() : std::string()});
   }
   return result;
 }

@@ -240,6 +240,9 @@ AttentionParams validate_attention_args(const TensorView& q_view, const TensorVi
       fail(ErrorCode::invalid_value, name, "=", value, ": must be >= 0, or -1 for unbounded");
     }
   }
+  if (options.num_threads < 0) {
+    fail(ErrorCode::invalid_value, "num_threads=", options.num_threads, ": must be >= 0 (0: default)");
+  }
   if (options.sinks) check_option_tensor(*options.sinks, "sinks", q, {q.heads});
   if (options.lse) check_option_tensor(*options.lse, "lse", q, {q.heads, q.tokens});
 
@@ -293,6 +296,7 @@ AttentionParams validate_attention_args(const TensorView& q_view, const TensorVi
     p.lse_head_stride = options.lse->stride[0];
     p.lse_token_stride = options.lse->stride[1];
   }
+  p.num_threads = options.num_threads;
   return p;
 }
 

@@ -1,0 +1,30 @@
+// The CPU kernel for AVX-512: fp32 arithmetic for every input dtype. Only this file's own code
+// is compiled for AVX-512 (see kernel_prelude.h); it runs only when the CPU has it.
+#include "backends/cpu/kernel_prelude.h"
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c"))), apply_to = function)
+#else
+#pragma GCC push_options
+// GCC 12 warns about the deliberately undefined lanes of its own AVX-512 intrinsics.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")
+#endif
+
+#define VISATTN_CPU_ISA avx512
+#include "backends/cpu/ops_avx512.h"
+#include "backends/cpu/flash_kernel.h"
+
+namespace visattn::cpu {
+
+void run_avx512(const AttentionParams& p, int threads) {
+  avx512::FlashKernel<avx512::Avx512Ops, avx512::F32Mma<avx512::Avx512Ops>>::run(p, threads);
+}
+
+}  // namespace visattn::cpu
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif

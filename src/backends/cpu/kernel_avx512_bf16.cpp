@@ -1,0 +1,95 @@
+// The CPU kernel for bf16 inputs on AVX512-BF16: both products use vdpbf16ps, which
+// multiplies pairs of bf16 along the reduction and accumulates in fp32 (twice the fp32 rate).
+// Operands are packed as pairs: q and k pair adjacent head-dim elements (as stored), p and v
+// pair adjacent keys. P is rounded to bf16 before P·V, as in every flash kernel.
+#include "backends/cpu/kernel_prelude.h"
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c"))), apply_to = function)
+#else
+#pragma GCC push_options
+// GCC 12 warns about the deliberately undefined lanes of its own AVX-512 intrinsics.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c")
+#endif
+
+#define VISATTN_CPU_ISA avx512_bf16
+#include "backends/cpu/ops_avx512.h"
+#include "backends/cpu/flash_kernel.h"
+
+namespace visattn::cpu::avx512_bf16 {
+
+inline uint32_t pair(uint16_t lo, uint16_t hi) { return uint32_t(lo) | uint32_t(hi) << 16; }
+
+struct Bf16PairMma {
+  using Elem = uint32_t;  // two bf16 adjacent along the reduction dimension
+  using A = __m512bh;
+  using B = __m512bh;
+  static constexpr int kPack = 2;
+
+  static A load_a(const Elem* p) { return (__m512bh)_mm512_loadu_si512(p); }
+  static B broadcast(const Elem* p) { return (__m512bh)_mm512_set1_epi32(int(*p)); }
+  static __m512 madd(__m512 acc, A a, B b) { return _mm512_dpbf16_ps(acc, a, b); }
+
+  static const uint16_t* row(const void* base, int64_t offset) {
+    return static_cast<const uint16_t*>(base) + offset;
+  }
+
+  // qa[c/2][i] = (Q[i][c], Q[i][c+1]).
+  static void pack_q(const AttentionParams& p, int64_t token, int rows, int head, int bm,
+                     int d_pad, float*, Elem* qa) {
+    std::fill(qa, qa + int64_t(d_pad / 2) * bm, 0u);
+    for (int i = 0; i < rows; ++i) {
+      const uint16_t* q = row(p.q, (token + i) * p.q_token_stride + head * p.q_head_stride);
+      for (int c = 0; c + 1 < p.head_dim; c += 2) qa[int64_t(c / 2) * bm + i] = pair(q[c], q[c + 1]);
+      if (p.head_dim % 2) qa[int64_t(p.head_dim / 2) * bm + i] = q[p.head_dim - 1];
+    }
+  }
+  // kb[j][c/2] = (K[j][c], K[j][c+1]): the row as stored, zero-padded to d_pad.
+  static void pack_k(const AttentionParams& p, int64_t token, int keys, int keys_pad, int kv_head,
+                     int d_pad, Elem* kb) {
+    std::fill(kb, kb + int64_t(keys_pad) * d_pad / 2, 0u);
+    for (int j = 0; j < keys; ++j) {
+      std::memcpy(kb + int64_t(j) * d_pad / 2,
+                  row(p.k, (token + j) * p.k_token_stride + kv_head * p.k_head_stride),
+                  p.head_dim * sizeof(uint16_t));
+    }
+  }
+  // vb[j/2][c] = (V[j][c], V[j+1][c]).
+  static void pack_v(const AttentionParams& p, int64_t token, int keys, int keys_pad, int kv_head,
+                     int d_pad, Elem* vb) {
+    std::fill(vb, vb + int64_t(keys_pad / 2) * d_pad, 0u);
+    for (int j = 0; j < keys; j += 2) {
+      const uint16_t* v0 = row(p.v, (token + j) * p.v_token_stride + kv_head * p.v_head_stride);
+      const uint16_t* v1 =
+          j + 1 < keys ? row(p.v, (token + j + 1) * p.v_token_stride + kv_head * p.v_head_stride)
+                       : nullptr;
+      Elem* out = vb + int64_t(j / 2) * d_pad;
+      for (int c = 0; c < p.head_dim; ++c) out[c] = pair(v0[c], v1 ? v1[c] : 0);
+    }
+  }
+  // pa[j/2][i] = (bf16 P[i][j], bf16 P[i][j+1]) for 16 rows at lane offset `lane`.
+  static void store_p(Elem* pa, int j, int bm, int lane, __m512 pj, __m512 pj1) {
+    const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(pj1, pj);  // [pj (16) | pj1 (16)]
+    const __m512i interleave = _mm512_set_epi16(
+        31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
+        23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    _mm512_storeu_si512(pa + int64_t(j / 2) * bm + lane, _mm512_permutexvar_epi16(interleave, both));
+  }
+};
+
+}  // namespace visattn::cpu::avx512_bf16
+
+namespace visattn::cpu {
+
+void run_avx512_bf16(const AttentionParams& p, int threads) {
+  avx512_bf16::FlashKernel<avx512_bf16::Avx512Ops, avx512_bf16::Bf16PairMma>::run(p, threads);
+}
+
+}  // namespace visattn::cpu
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif

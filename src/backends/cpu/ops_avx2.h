@@ -1,0 +1,50 @@
+// fp32 vector operations on AVX2 + FMA (8 lanes).
+#pragma once
+// Include after kernel_prelude.h with VISATTN_CPU_ISA defined (see flash_kernel.h).
+
+namespace visattn::cpu::VISATTN_CPU_ISA {
+
+struct Avx2Ops {
+  static constexpr int W = 8;
+  using V = __m256;
+
+  static V zero() { return _mm256_setzero_ps(); }
+  static V set1(float x) { return _mm256_set1_ps(x); }
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V max(V a, V b) { return _mm256_max_ps(a, b); }
+  static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V mask_outside(V x, float index0, float lo, float hi) {
+    const V idx = _mm256_add_ps(_mm256_set1_ps(index0), _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7));
+    const V keep = _mm256_and_ps(_mm256_cmp_ps(idx, _mm256_set1_ps(lo), _CMP_GE_OQ),
+                                 _mm256_cmp_ps(idx, _mm256_set1_ps(hi), _CMP_LE_OQ));
+    return _mm256_blendv_ps(_mm256_set1_ps(-__builtin_inff()), x, keep);
+  }
+  static V finite_or_zero(V x) {
+    const V is_neg_inf = _mm256_cmp_ps(x, _mm256_set1_ps(-__builtin_inff()), _CMP_EQ_OQ);
+    return _mm256_blendv_ps(x, _mm256_setzero_ps(), is_neg_inf);
+  }
+  static V exp2(V x_in) {
+    const V x = _mm256_max_ps(x_in, _mm256_set1_ps(-126.0f));
+    const V n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const V f = _mm256_sub_ps(x, n);
+    V p = _mm256_set1_ps(1.5252733804059840e-5f);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.5403530393381606e-4f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.3333558146428443e-3f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.6181291076284772e-3f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.5504108664821580e-2f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022650695910071e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.9314718055994531e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    // Multiply by 2^n through the exponent field.
+    const __m256i bits = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    const V in_range = _mm256_cmp_ps(x_in, _mm256_set1_ps(-126.0f), _CMP_GE_OQ);
+    return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(bits)), in_range);  // underflow -> 0
+  }
+};
+
+}  // namespace visattn::cpu::VISATTN_CPU_ISA

@@ -1,0 +1,50 @@
+// fp32 vector operations on AVX-512 (16 lanes).
+#pragma once
+// Include after kernel_prelude.h with VISATTN_CPU_ISA defined (see flash_kernel.h).
+
+namespace visattn::cpu::VISATTN_CPU_ISA {
+
+struct Avx512Ops {
+  static constexpr int W = 16;
+  using V = __m512;
+
+  static V zero() { return _mm512_setzero_ps(); }
+  static V set1(float x) { return _mm512_set1_ps(x); }
+  static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
+  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static V max(V a, V b) { return _mm512_max_ps(a, b); }
+  static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  // Lanes i with lo <= index0 + i <= hi keep x; the others become -inf.
+  static V mask_outside(V x, float index0, float lo, float hi) {
+    const V idx = _mm512_add_ps(_mm512_set1_ps(index0),
+                                _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    const __mmask16 keep = _mm512_cmp_ps_mask(idx, _mm512_set1_ps(lo), _CMP_GE_OQ) &
+                           _mm512_cmp_ps_mask(idx, _mm512_set1_ps(hi), _CMP_LE_OQ);
+    return _mm512_mask_blend_ps(keep, _mm512_set1_ps(-__builtin_inff()), x);
+  }
+  // -inf lanes become 0 (the running max of a row that has seen no key yet).
+  static V finite_or_zero(V x) {
+    const __mmask16 is_neg_inf = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-__builtin_inff()), _CMP_EQ_OQ);
+    return _mm512_mask_blend_ps(is_neg_inf, x, _mm512_setzero_ps());
+  }
+  // 2^x for x <= 0 (and -inf -> 0): degree-7 polynomial on [-0.5, 0.5], scaled by 2^round(x).
+  static V exp2(V x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-150.0f));
+    const V n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const V f = _mm512_sub_ps(x, n);
+    V p = _mm512_set1_ps(1.5252733804059840e-5f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.5403530393381606e-4f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146428443e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291076284772e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504108664821580e-2f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022650695910071e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718055994531e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+  }
+};
+
+}  // namespace visattn::cpu::VISATTN_CPU_ISA

@@ -1,0 +1,43 @@
+// fp32 "vector" operations on 8-lane arrays in plain C++: the path for CPUs without
+// AVX2 (and for other architectures). Compilers vectorize these loops where they can.
+#pragma once
+// Include after kernel_prelude.h with VISATTN_CPU_ISA defined (see flash_kernel.h).
+
+namespace visattn::cpu::VISATTN_CPU_ISA {
+
+struct PortableOps {
+  static constexpr int W = 8;
+  struct V {
+    float lane[W];
+  };
+
+  template <typename F>
+  static V map(F f) {
+    V r;
+    for (int i = 0; i < W; ++i) r.lane[i] = f(i);
+    return r;
+  }
+  static V zero() { return map([](int) { return 0.0f; }); }
+  static V set1(float x) { return map([x](int) { return x; }); }
+  static V load(const float* p) { return map([p](int i) { return p[i]; }); }
+  static void store(float* p, V v) { std::copy(v.lane, v.lane + W, p); }
+  static V add(V a, V b) { return map([&](int i) { return a.lane[i] + b.lane[i]; }); }
+  static V sub(V a, V b) { return map([&](int i) { return a.lane[i] - b.lane[i]; }); }
+  static V mul(V a, V b) { return map([&](int i) { return a.lane[i] * b.lane[i]; }); }
+  static V max(V a, V b) { return map([&](int i) { return std::max(a.lane[i], b.lane[i]); }); }
+  static V fmadd(V a, V b, V c) {
+    return map([&](int i) { return std::fma(a.lane[i], b.lane[i], c.lane[i]); });
+  }
+  static V mask_outside(V x, float index0, float lo, float hi) {
+    return map([&](int i) {
+      const float idx = index0 + float(i);
+      return idx >= lo && idx <= hi ? x.lane[i] : -std::numeric_limits<float>::infinity();
+    });
+  }
+  static V finite_or_zero(V x) {
+    return map([&](int i) { return x.lane[i] == -std::numeric_limits<float>::infinity() ? 0.0f : x.lane[i]; });
+  }
+  static V exp2(V x) { return map([&](int i) { return std::exp2(x.lane[i]); }); }
+};
+
+}  // namespace visattn::cpu::VISATTN_CPU_ISA
