@@ -17,7 +17,8 @@ nlohmann::json backend_json(const BackendInfo& b) {
           {"available", b.available},
           {"unavailable_reason", b.unavailable_reason},
           {"dtypes", dtypes},
-          {"head_dims", b.head_dims}};
+          {"head_dims", b.head_dims},
+          {"detail", b.detail}};
 }
 
 std::string auto_choice(DeviceType device) {
@@ -62,6 +63,7 @@ int run_info(const InfoOptions& options) {
     std::printf("  %-10s %-4s %s%s\n", b.name.c_str(), b.device == DeviceType::cpu ? "cpu" : "cuda",
                 b.available ? "available: " : "unavailable: ",
                 b.available ? b.description.c_str() : b.unavailable_reason.c_str());
+    if (b.available && !b.detail.empty()) std::printf("  %-15s %s\n", "", b.detail.c_str());
   }
   std::printf("auto:     cpu -> %s; cuda -> %s\n", auto_choice(DeviceType::cpu).c_str(),
               auto_choice(DeviceType::cuda).c_str());

@@ -3,6 +3,12 @@
 #include <cstdlib>
 #include <cstring>
 
+#if defined(__x86_64__) && defined(__linux__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 #include "backends/cpu/work.h"
 #include "core/error_message.h"
 #include "core/parallel.h"
@@ -13,10 +19,29 @@ namespace {
 
 // Kernels from fastest to most portable. VISATTN_CPU_ISA=<name> caps the choice (tests use it
 // to run every path on one machine).
-enum class Path { avx512_bf16, avx512, avx2, portable };
+enum class Path { amx, avx512_bf16, avx512, avx2, portable };
+constexpr Path kAllPaths[] = {Path::amx, Path::avx512_bf16, Path::avx512, Path::avx2, Path::portable};
+
+// AMX needs the CPU bits and, on Linux, the kernel's permission for this process to use the
+// tile state (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA); asked once.
+bool amx_usable() {
+#if defined(__x86_64__) && defined(__linux__)
+  static const bool usable = [] {
+    unsigned eax, ebx, ecx, edx;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    const bool tile = edx & (1u << 24), bf16 = edx & (1u << 22);
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return tile && bf16 && syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return usable;
+#else
+  return false;
+#endif
+}
 
 const char* path_name(Path path) {
   switch (path) {
+    case Path::amx: return "amx";
     case Path::avx512_bf16: return "avx512_bf16";
     case Path::avx512: return "avx512";
     case Path::avx2: return "avx2";
@@ -28,6 +53,7 @@ const char* path_name(Path path) {
 bool cpu_has(Path path) {
 #if defined(__x86_64__) || defined(_M_X64)
   switch (path) {
+    case Path::amx: return cpu_has(Path::avx512_bf16) && amx_usable();
     case Path::avx512_bf16:
       return cpu_has(Path::avx512) && __builtin_cpu_supports("avx512bf16");
     case Path::avx512:
@@ -49,18 +75,18 @@ bool cpu_has(Path path) {
 Path ceiling_path() {
   static const Path ceiling = [] {
     const char* requested = std::getenv("VISATTN_CPU_ISA");
-    for (Path p : {Path::avx512_bf16, Path::avx512, Path::avx2, Path::portable}) {
+    for (Path p : kAllPaths) {
       if (requested && std::strcmp(requested, path_name(p)) == 0) return p;
     }
-    return Path::avx512_bf16;
+    return Path::amx;
   }();
   return ceiling;
 }
 
 Path choose_path(DType dtype) {
-  for (Path p : {Path::avx512_bf16, Path::avx512, Path::avx2, Path::portable}) {
+  for (Path p : kAllPaths) {
     if (p < ceiling_path()) continue;
-    if (p == Path::avx512_bf16 && dtype != DType::bf16) continue;  // pairs of bf16 only
+    if ((p == Path::amx || p == Path::avx512_bf16) && dtype != DType::bf16) continue;  // bf16 only
     if (cpu_has(p)) return p;
   }
   return Path::portable;
@@ -72,6 +98,7 @@ void run(const AttentionParams& p) {
   const int threads = p.num_threads > 0 ? p.num_threads : default_num_threads();
   switch (choose_path(p.dtype)) {
 #if defined(__x86_64__) || defined(_M_X64)
+    case Path::amx: return run_amx(p, threads);
     case Path::avx512_bf16: return run_avx512_bf16(p, threads);
     case Path::avx512: return run_avx512(p, threads);
     case Path::avx2: return run_avx2(p, threads);

@@ -49,20 +49,31 @@ struct F32Mma {
     }
   }
   // kb[j][c] = K[j][c], rows of d_pad; rows past `keys` are zero up to `keys_pad`.
-  static void pack_k(const AttentionParams& p, int64_t token, int keys, int keys_pad, int kv_head,
-                     int d_pad, Elem* kb) {
-    std::fill(kb, kb + int64_t(keys_pad) * d_pad, 0.0f);
-    for (int j = 0; j < keys; ++j) {
-      load_row(p.k, p.dtype, (token + j) * p.k_token_stride + kv_head * p.k_head_stride,
-               p.head_dim, kb + int64_t(j) * d_pad);
-    }
+  // kb[h][j][c] = K[j][kv_begin + h][c] for kv_count heads, each [keys_pad][d_pad] with zeros
+  // past `keys` and past head_dim. Token-major: each token's heads are read together.
+  static void pack_k(const AttentionParams& p, int64_t token, int keys, int keys_pad, int kv_begin,
+                     int kv_count, int d_pad, Elem* kb) {
+    pack_rows(p.k, p.dtype, token, p.k_token_stride, p.k_head_stride, kv_begin, kv_count,
+              p.head_dim, keys, keys_pad, d_pad, kb);
   }
-  static void pack_v(const AttentionParams& p, int64_t token, int keys, int keys_pad, int kv_head,
-                     int d_pad, Elem* vb) {
-    std::fill(vb, vb + int64_t(keys_pad) * d_pad, 0.0f);
+  static void pack_v(const AttentionParams& p, int64_t token, int keys, int keys_pad, int kv_begin,
+                     int kv_count, int d_pad, Elem* vb) {
+    pack_rows(p.v, p.dtype, token, p.v_token_stride, p.v_head_stride, kv_begin, kv_count,
+              p.head_dim, keys, keys_pad, d_pad, vb);
+  }
+  static void pack_rows(const void* base, DType dtype, int64_t token, int64_t token_stride,
+                        int64_t head_stride, int kv_begin, int kv_count, int d, int keys,
+                        int keys_pad, int d_pad, float* dst) {
+    const int64_t per_head = int64_t(keys_pad) * d_pad;
     for (int j = 0; j < keys; ++j) {
-      load_row(p.v, p.dtype, (token + j) * p.v_token_stride + kv_head * p.v_head_stride,
-               p.head_dim, vb + int64_t(j) * d_pad);
+      for (int h = 0; h < kv_count; ++h) {
+        float* row = dst + h * per_head + int64_t(j) * d_pad;
+        load_row(base, dtype, (token + j) * token_stride + (kv_begin + h) * head_stride, d, row);
+        std::fill(row + d, row + d_pad, 0.0f);
+      }
+    }
+    for (int h = 0; h < kv_count; ++h) {
+      std::fill(dst + h * per_head + int64_t(keys) * d_pad, dst + (h + 1) * per_head, 0.0f);
     }
   }
   // Stores probabilities of keys j and j + 1 for W rows at lane offset `lane`.
@@ -117,60 +128,81 @@ class FlashKernel {
       for (int v = 0; v < IV; ++v) Ops::store(c + r * BM + v * W, acc[r][v]);
   }
 
-  static void run_item(const AttentionParams& p, const WorkItem& item, Scratch& s) {
-    const int64_t start = p.cu_seqlens[item.image];
-    const int64_t n = p.cu_seqlens[item.image + 1] - start;
-    const int kv_head = item.head / (p.num_heads / p.num_kv_heads);
-    const int d_pad = int(round_up(p.head_dim, 4));
-    const int64_t wl = p.window_left, wr = p.window_right;
+  // Rows and keys of one work item, shared by its heads.
+  struct Span {
+    int64_t start, n;                 // the image's first token and length
+    int64_t key_begin, key_end;       // keys any row of the item can see
+    int keys, keys_pad, d_pad;
+    int64_t kv_stride;                // elements between the packed k (or v) of two kv heads
+  };
 
-    // Keys any row of the item can see, packed once for all its tiles.
-    const int64_t key_begin = wl < 0 ? 0 : std::max<int64_t>(0, item.row_begin - wl);
-    const int64_t key_end = wr < 0 ? n : std::min<int64_t>(n, item.row_end + wr);
-    const int keys = int(key_end - key_begin);
-    const int keys_pad = int(round_up(keys, 2)) + BN;  // any block start reads in bounds
-    s.k.resize(int64_t(keys_pad) * d_pad / Mma::kPack);
-    s.v.resize(int64_t(keys_pad) * d_pad / Mma::kPack);
-    s.q.resize(int64_t(d_pad) * BM / Mma::kPack);
+  static void run_item(const AttentionParams& p, const WorkItem& item, Scratch& s) {
+    Span g;
+    g.start = p.cu_seqlens[item.image];
+    g.n = p.cu_seqlens[item.image + 1] - g.start;
+    const KeyRange item_keys = visible_keys(p, g.n, item.row_begin, item.row_end);
+    g.key_begin = item_keys.begin;
+    g.key_end = item_keys.end;
+    g.keys = int(g.key_end - g.key_begin);
+    // Blocks start at even offsets, so with a window the last can start anywhere below keys;
+    // without one they start at multiples of BN.
+    g.keys_pad = int(p.window_left < 0 ? round_up(g.keys, BN) : round_up(g.keys, 2) + BN);
+    g.d_pad = int(round_up(p.head_dim, 4));
+    const int group = p.num_heads / p.num_kv_heads;
+    const int kv_begin = item.head_begin / group;
+    const int kv_count = (item.head_end - 1) / group - kv_begin + 1;
+    g.kv_stride = int64_t(g.keys_pad) * g.d_pad / Mma::kPack;
+    s.k.resize(kv_count * g.kv_stride);
+    s.v.resize(kv_count * g.kv_stride);
+    s.q.resize(int64_t(g.d_pad) * BM / Mma::kPack);
     s.p.resize(int64_t(BN) * BM / Mma::kPack);
     s.s.resize(int64_t(BN) * BM);
-    s.o.resize(int64_t(d_pad) * BM);
-    s.row.resize(d_pad);
-    Mma::pack_k(p, start + key_begin, keys, keys_pad, kv_head, d_pad, s.k.data());
-    Mma::pack_v(p, start + key_begin, keys, keys_pad, kv_head, d_pad, s.v.data());
+    s.o.resize(int64_t(g.d_pad) * BM);
+    s.row.resize(g.d_pad);
+    Mma::pack_k(p, g.start + g.key_begin, g.keys, g.keys_pad, kv_begin, kv_count, g.d_pad, s.k.data());
+    Mma::pack_v(p, g.start + g.key_begin, g.keys, g.keys_pad, kv_begin, kv_count, g.d_pad, s.v.data());
+    for (int head = item.head_begin; head < item.head_end; ++head) {
+      const int64_t kv_offset = (head / group - kv_begin) * g.kv_stride;
+      attend_head(p, item, g, head, s.k.data() + kv_offset, s.v.data() + kv_offset, s);
+    }
+  }
 
+  static void attend_head(const AttentionParams& p, const WorkItem& item, const Span& g, int head,
+                          const Elem* k_packed, const Elem* v_packed, Scratch& s) {
+    const int64_t n = g.n, key_begin = g.key_begin;
+    const int d_pad = g.d_pad;
+    const int64_t wl = p.window_left, wr = p.window_right;
     const float log2e = 1.4426950408889634f;
     const float scale2 = float(p.softmax_scale * 1.4426950408889634);
-    const float sink2 = p.sinks ? p.sinks[item.head * p.sinks_stride] * log2e : 0.0f;
+    const float sink2 = p.sinks ? p.sinks[head * p.sinks_stride] * log2e : 0.0f;
 
     for (int64_t q0 = item.row_begin; q0 < item.row_end; q0 += BM) {
       const int rows = int(std::min<int64_t>(BM, item.row_end - q0));
-      Mma::pack_q(p, start + q0, rows, item.head, BM, d_pad, s.row.data(), s.q.data());
+      Mma::pack_q(p, g.start + q0, rows, head, BM, d_pad, s.row.data(), s.q.data());
       std::fill(s.m, s.m + BM, p.sinks ? sink2 : -std::numeric_limits<float>::infinity());
       std::fill(s.l, s.l + BM, p.sinks ? 1.0f : 0.0f);
       std::fill(s.o.begin(), s.o.end(), 0.0f);
 
       // Keys this tile can see; the first block starts at an even offset (pair formats).
       const int64_t last_row = q0 + rows - 1;
-      int64_t kb = wl < 0 ? 0 : std::max<int64_t>(0, q0 - wl);
-      const int64_t kb_end = wr < 0 ? n : std::min<int64_t>(n, last_row + wr + 1);
-      kb = key_begin + ((kb - key_begin) & ~int64_t(1));
+      const KeyRange tile_keys = visible_keys(p, n, q0, q0 + rows);
+      const int64_t kb_end = tile_keys.end;
+      int64_t kb = key_begin + ((tile_keys.begin - key_begin) & ~int64_t(1));
       for (; kb < kb_end; kb += BN) {
-        const Elem* k_block = s.k.data() + (kb - key_begin) * d_pad / Mma::kPack;
+        const Elem* k_block = k_packed + (kb - key_begin) * d_pad / Mma::kPack;
         for (int j = 0; j < BN; j += kMicroRows) {
           micro<kMicroRows>(s.q.data(), d_pad / Mma::kPack, k_block + int64_t(j) * d_pad / Mma::kPack,
                             1, d_pad / Mma::kPack, s.s.data() + int64_t(j) * BM, false);
         }
-        const bool full = kb + BN <= kb_end && (wl < 0 || kb >= last_row - wl) &&
-                          (wr < 0 || kb + BN - 1 <= q0 + wr);
+        const bool full = block_unmasked(p, kb, BN, kb_end, q0, last_row);
         softmax_block(s, kb - q0, full ? -1 : kb_end - q0, wl, wr, scale2, d_pad);
-        const Elem* v_block = s.v.data() + (kb - key_begin) * d_pad / Mma::kPack;
+        const Elem* v_block = v_packed + (kb - key_begin) * d_pad / Mma::kPack;
         for (int c = 0; c < d_pad; c += kMicroRows) {
           micro<kMicroRows>(s.p.data(), BN / Mma::kPack, v_block + c, d_pad, 1,
                             s.o.data() + int64_t(c) * BM, true);
         }
       }
-      store_tile(p, s, start, q0, rows, item.head);
+      store_tile(p, s, g.start, q0, rows, head);
     }
   }
 

@@ -19,8 +19,6 @@
 
 namespace visattn::cpu::avx512_bf16 {
 
-inline uint32_t pair(uint16_t lo, uint16_t hi) { return uint32_t(lo) | uint32_t(hi) << 16; }
-
 struct Bf16PairMma {
   using Elem = uint32_t;  // two bf16 adjacent along the reduction dimension
   using A = __m512bh;
@@ -41,31 +39,35 @@ struct Bf16PairMma {
     std::fill(qa, qa + int64_t(d_pad / 2) * bm, 0u);
     for (int i = 0; i < rows; ++i) {
       const uint16_t* q = row(p.q, (token + i) * p.q_token_stride + head * p.q_head_stride);
-      for (int c = 0; c + 1 < p.head_dim; c += 2) qa[int64_t(c / 2) * bm + i] = pair(q[c], q[c + 1]);
+      for (int c = 0; c + 1 < p.head_dim; c += 2) qa[int64_t(c / 2) * bm + i] = bf16_pair(q[c], q[c + 1]);
       if (p.head_dim % 2) qa[int64_t(p.head_dim / 2) * bm + i] = q[p.head_dim - 1];
     }
   }
-  // kb[j][c/2] = (K[j][c], K[j][c+1]): the row as stored, zero-padded to d_pad.
-  static void pack_k(const AttentionParams& p, int64_t token, int keys, int keys_pad, int kv_head,
-                     int d_pad, Elem* kb) {
-    std::fill(kb, kb + int64_t(keys_pad) * d_pad / 2, 0u);
+  // kb[h][j][c/2] = (K[j][c], K[j][c+1]): rows as stored, zero-padded to d_pad, token-major.
+  static void pack_k(const AttentionParams& p, int64_t token, int keys, int keys_pad, int kv_begin,
+                     int kv_count, int d_pad, Elem* kb) {
+    const int64_t per_head = int64_t(keys_pad) * d_pad / 2;
+    std::fill(kb, kb + kv_count * per_head, 0u);
     for (int j = 0; j < keys; ++j) {
-      std::memcpy(kb + int64_t(j) * d_pad / 2,
-                  row(p.k, (token + j) * p.k_token_stride + kv_head * p.k_head_stride),
-                  p.head_dim * sizeof(uint16_t));
+      for (int h = 0; h < kv_count; ++h) {
+        std::memcpy(kb + h * per_head + int64_t(j) * d_pad / 2,
+                    row(p.k, (token + j) * p.k_token_stride + (kv_begin + h) * p.k_head_stride),
+                    p.head_dim * sizeof(uint16_t));
+      }
     }
   }
-  // vb[j/2][c] = (V[j][c], V[j+1][c]).
-  static void pack_v(const AttentionParams& p, int64_t token, int keys, int keys_pad, int kv_head,
-                     int d_pad, Elem* vb) {
-    std::fill(vb, vb + int64_t(keys_pad / 2) * d_pad, 0u);
+  // vb[h][j/2][c] = (V[j][c], V[j+1][c]).
+  static void pack_v(const AttentionParams& p, int64_t token, int keys, int keys_pad, int kv_begin,
+                     int kv_count, int d_pad, Elem* vb) {
+    const int64_t per_head = int64_t(keys_pad / 2) * d_pad;
+    std::fill(vb, vb + kv_count * per_head, 0u);
     for (int j = 0; j < keys; j += 2) {
-      const uint16_t* v0 = row(p.v, (token + j) * p.v_token_stride + kv_head * p.v_head_stride);
-      const uint16_t* v1 =
-          j + 1 < keys ? row(p.v, (token + j + 1) * p.v_token_stride + kv_head * p.v_head_stride)
-                       : nullptr;
-      Elem* out = vb + int64_t(j / 2) * d_pad;
-      for (int c = 0; c < p.head_dim; ++c) out[c] = pair(v0[c], v1 ? v1[c] : 0);
+      for (int h = 0; h < kv_count; ++h) {
+        const int64_t offset = (kv_begin + h) * p.v_head_stride;
+        const uint16_t* v0 = row(p.v, (token + j) * p.v_token_stride + offset);
+        const uint16_t* v1 = j + 1 < keys ? row(p.v, (token + j + 1) * p.v_token_stride + offset) : nullptr;
+        pack_bf16_row_pairs(v0, v1, p.head_dim, vb + h * per_head + int64_t(j / 2) * d_pad);
+      }
     }
   }
   // pa[j/2][i] = (bf16 P[i][j], bf16 P[i][j+1]) for 16 rows at lane offset `lane`.

@@ -31,10 +31,13 @@ std::vector<WorkItem> plan_work(const AttentionParams& p, int tile_rows, int thr
     const int64_t tiles = (n + tile_rows - 1) / tile_rows;
     const int64_t chunks = std::clamp<int64_t>(int64_t(std::ceil(n * row_cost / target)), 1, tiles);
     const int64_t rows_per_chunk = (tiles + chunks - 1) / chunks * tile_rows;
-    for (int head = 0; head < p.num_heads; ++head) {
+    const int heads_per_item =
+        chunks > 1 ? 1 : std::clamp(int(target / (double(n) * row_cost)), 1, p.num_heads);
+    for (int head = 0; head < p.num_heads; head += heads_per_item) {
+      const int head_end = std::min(p.num_heads, head + heads_per_item);
       for (int64_t row = 0; row < n; row += rows_per_chunk) {
         const int64_t end = std::min(n, row + rows_per_chunk);
-        items.push_back({image, head, row, end, double(end - row) * row_cost});
+        items.push_back({image, head, head_end, row, end, double(end - row) * row_cost * (head_end - head)});
       }
     }
   }

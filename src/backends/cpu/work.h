@@ -1,6 +1,7 @@
 // The CPU backend's unit of work and the entry points of its per-ISA kernels.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -9,20 +10,40 @@
 
 namespace visattn::cpu {
 
-// Query rows [row_begin, row_end) of one image and one head.
+// Query rows [row_begin, row_end) of one image for heads [head_begin, head_end).
 struct WorkItem {
   int64_t image;
-  int head;
+  int head_begin, head_end;
   int64_t row_begin, row_end;
   double cost;  // query-key pairs, for largest-first scheduling
 };
 
 // Splits every (image, head) into chunks of whole query tiles (tile_rows each), small enough
-// that `threads` threads stay busy, and orders them largest cost first.
+// that `threads` threads stay busy; groups the heads of small images into one item (their
+// rows are read together, not once per scattered item); orders items largest cost first.
 std::vector<WorkItem> plan_work(const AttentionParams& p, int tile_rows, int threads);
 
+// Keys [begin, end) that query rows [row_begin, row_end) of an image of n tokens can see.
+struct KeyRange {
+  int64_t begin, end;
+};
+inline KeyRange visible_keys(const AttentionParams& p, int64_t n, int64_t row_begin,
+                             int64_t row_end) {
+  return {p.window_left < 0 ? 0 : std::max<int64_t>(0, row_begin - p.window_left),
+          p.window_right < 0 ? n : std::min<int64_t>(n, row_end + p.window_right)};
+}
+
+// True when every key of [key, key + count) is below key_end and inside the window of every
+// row of [row_begin, row_end]: the block needs no mask.
+inline bool block_unmasked(const AttentionParams& p, int64_t key, int64_t count, int64_t key_end,
+                           int64_t first_row, int64_t last_row) {
+  return key + count <= key_end && (p.window_left < 0 || key >= last_row - p.window_left) &&
+         (p.window_right < 0 || key + count - 1 <= first_row + p.window_right);
+}
+
 // Kernels, one per instruction set; each runs `items` on `threads` threads.
-// avx512_bf16 takes bf16 inputs only; the others take every dtype and compute in fp32.
+// amx and avx512_bf16 take bf16 inputs only; the others take every dtype and compute in fp32.
+void run_amx(const AttentionParams& p, int threads);
 void run_avx512_bf16(const AttentionParams& p, int threads);
 void run_avx512(const AttentionParams& p, int threads);
 void run_avx2(const AttentionParams& p, int threads);

@@ -1,0 +1,256 @@
+// The CPU kernel for bf16 inputs on AMX (Sapphire Rapids and later). Both products run on the
+// tile unit (TDPBF16PS: 16x16 fp32 += 16x32 bf16 · 32x16 bf16); the online softmax runs on
+// AVX-512 between them. Per query tile of 32 rows (two tile rows) and key block of 64:
+//   S[32][64] = Q[32][d] · Kᵀ        (Kᵀ packed as pairs of head-dim elements, key-major)
+//   softmax rows of S -> P bf16 [32][64], rescale O rows
+//   O[32][d] += P · V                 (V packed as pairs of keys)
+// Only this file's own code is compiled for AMX (see kernel_prelude.h); it runs only when the
+// CPU has AMX and the OS granted this process the tile state (cpu_backend.cpp).
+#include "backends/cpu/kernel_prelude.h"
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c"))), apply_to = function)
+#else
+#pragma GCC push_options
+// GCC 12 warns about the deliberately undefined lanes of its own AVX-512 intrinsics.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c")
+#endif
+
+#define VISATTN_CPU_ISA amx
+#include "backends/cpu/ops_avx512.h"
+
+namespace visattn::cpu::amx {
+
+namespace {
+
+constexpr int TM = 16;      // rows of a tile
+constexpr int BM = 2 * TM;  // query rows per tile (two tile rows share each K and V tile)
+constexpr int BN = 64;      // keys per block
+using Ops = Avx512Ops;
+
+// LDTILECFG's 64-byte operand. Tiles 0-4 are 16 rows of 64 bytes (C, C, A, A, B); tiles 5-7
+// take a head-dim remainder of 16 in Q·Kᵀ: A halves of 16 x 32 bytes and a B of 8 x 64 bytes,
+// so head_dim 72 and 80 run as 80, not 96.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t colsb[16] = {64, 64, 64, 64, 64, 32, 32, 64};
+  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 8};
+};
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+const uint16_t* bf16_row(const void* base, int64_t offset) {
+  return static_cast<const uint16_t*>(base) + offset;
+}
+
+struct Scratch {
+  std::vector<uint16_t> q, p;     // [BM][d_qk] and [BM][BN] bf16, row-major
+  std::vector<uint32_t> kt, vp;   // [d_qk / 2][keys_pad] and [keys_pad / 2][d_v] pairs
+  std::vector<float> s, o;        // [BM][BN] and [BM][d_v]
+  alignas(64) float m[BM], l[BM];
+};
+
+struct Geometry {
+  int64_t start, n, key_begin;
+  int keys, keys_pad, d_qk, d_v;
+};
+
+// kt[c/2][j] = (K[j][c], K[j][c+1]); vp[j/2][c] = (V[j][c], V[j+1][c]); zeros elsewhere.
+void pack_kv(const AttentionParams& p, const Geometry& g, int kv_head, Scratch& s) {
+  std::fill(s.kt.begin(), s.kt.end(), 0u);
+  std::fill(s.vp.begin(), s.vp.end(), 0u);
+  const int64_t token = g.start + g.key_begin;
+  for (int j = 0; j < g.keys; ++j) {
+    const uint16_t* k = bf16_row(p.k, (token + j) * p.k_token_stride + kv_head * p.k_head_stride);
+    for (int c = 0; c < p.head_dim; c += 2) {
+      s.kt[int64_t(c / 2) * g.keys_pad + j] = bf16_pair(k[c], c + 1 < p.head_dim ? k[c + 1] : 0);
+    }
+  }
+  for (int j = 0; j < g.keys; j += 2) {
+    const int64_t offset = kv_head * p.v_head_stride;
+    const uint16_t* v1 = j + 1 < g.keys ? bf16_row(p.v, (token + j + 1) * p.v_token_stride + offset)
+                                        : nullptr;
+    pack_bf16_row_pairs(bf16_row(p.v, (token + j) * p.v_token_stride + offset), v1, p.head_dim,
+                        s.vp.data() + int64_t(j / 2) * g.d_v);
+  }
+}
+
+// S = Q · Kᵀ for the block of keys starting at packed column `col`.
+void scores(const Geometry& g, int64_t col, Scratch& s) {
+  for (int jt = 0; jt < BN / TM; ++jt) {
+    _tile_zero(0);
+    _tile_zero(1);
+    int c = 0;
+    for (; c + 32 <= g.d_qk; c += 32) {
+      _tile_loadd(2, s.q.data() + c, g.d_qk * 2);
+      _tile_loadd(3, s.q.data() + TM * g.d_qk + c, g.d_qk * 2);
+      _tile_loadd(4, s.kt.data() + int64_t(c / 2) * g.keys_pad + col + jt * TM, g.keys_pad * 4);
+      _tile_dpbf16ps(0, 2, 4);
+      _tile_dpbf16ps(1, 3, 4);
+    }
+    if (c < g.d_qk) {  // the last 16 of the head dim
+      _tile_loadd(5, s.q.data() + c, g.d_qk * 2);
+      _tile_loadd(6, s.q.data() + TM * g.d_qk + c, g.d_qk * 2);
+      _tile_loadd(7, s.kt.data() + int64_t(c / 2) * g.keys_pad + col + jt * TM, g.keys_pad * 4);
+      _tile_dpbf16ps(0, 5, 7);
+      _tile_dpbf16ps(1, 6, 7);
+    }
+    _tile_stored(0, s.s.data() + jt * TM, BN * 4);
+    _tile_stored(1, s.s.data() + TM * BN + jt * TM, BN * 4);
+  }
+}
+
+// O += P · V for the block whose keys start at packed (even) column `col`.
+void accumulate(const Geometry& g, int64_t col, Scratch& s) {
+  for (int ct = 0; ct < g.d_v / TM; ++ct) {
+    float* o = s.o.data() + ct * TM;
+    _tile_loadd(0, o, g.d_v * 4);
+    _tile_loadd(1, o + TM * g.d_v, g.d_v * 4);
+    for (int kc = 0; kc < BN / 32; ++kc) {
+      _tile_loadd(2, s.p.data() + kc * 32, BN * 2);
+      _tile_loadd(3, s.p.data() + TM * BN + kc * 32, BN * 2);
+      _tile_loadd(4, s.vp.data() + (col / 2 + kc * TM) * g.d_v + ct * TM, g.d_v * 4);
+      _tile_dpbf16ps(0, 2, 4);
+      _tile_dpbf16ps(1, 3, 4);
+    }
+    _tile_stored(0, o, g.d_v * 4);
+    _tile_stored(1, o + TM * g.d_v, g.d_v * 4);
+  }
+}
+
+// Online softmax over the block's rows (log2 domain). Keys are relative to the tile's first
+// row: key0 is the block's first key; keys at or past key_end, or outside a row's window, are
+// masked unless `unmasked`.
+void softmax_rows(const AttentionParams& p, const Geometry& g, int64_t key0, int64_t key_end,
+                  bool unmasked, float scale2, Scratch& s) {
+  constexpr float inf = std::numeric_limits<float>::infinity();
+  const __m512 scale = _mm512_set1_ps(scale2);
+  for (int i = 0; i < BM; ++i) {
+    // Row i sees key j when i - wl <= j <= i + wr (and j < key_end).
+    const float lo = p.window_left < 0 ? -inf : float(i - p.window_left);
+    const float hi = std::min(p.window_right < 0 ? inf : float(i + p.window_right), float(key_end - 1));
+    __m512 x[BN / 16];
+    __m512 row_max = _mm512_set1_ps(s.m[i]);
+    for (int v = 0; v < BN / 16; ++v) {
+      x[v] = _mm512_mul_ps(_mm512_loadu_ps(s.s.data() + i * BN + v * 16), scale);
+      if (!unmasked) x[v] = Ops::mask_outside(x[v], float(key0 + v * 16), lo, hi);
+      row_max = _mm512_max_ps(row_max, x[v]);
+    }
+    const float m_new = _mm512_reduce_max_ps(row_max);
+    const float m_use = m_new == -inf ? 0.0f : m_new;
+    const __m512 shift = _mm512_set1_ps(m_use);
+    __m512 sum = _mm512_setzero_ps();
+    for (int v = 0; v < BN / 16; v += 2) {
+      const __m512 p0 = Ops::exp2(_mm512_sub_ps(x[v], shift));
+      const __m512 p1 = Ops::exp2(_mm512_sub_ps(x[v + 1], shift));
+      sum = _mm512_add_ps(sum, _mm512_add_ps(p0, p1));
+      _mm512_storeu_si512(s.p.data() + i * BN + v * 16, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
+    }
+    // Once a row's max stops growing (most blocks of a long image), O needs no rescale.
+    float alpha = 1.0f;
+    if (m_new != s.m[i]) {
+      alpha = _mm512_cvtss_f32(Ops::exp2(_mm512_set1_ps(s.m[i] - m_use)));
+      const __m512 a = _mm512_set1_ps(alpha);
+      float* o = s.o.data() + int64_t(i) * g.d_v;
+      for (int c = 0; c < g.d_v; c += 16) _mm512_storeu_ps(o + c, _mm512_mul_ps(_mm512_loadu_ps(o + c), a));
+    }
+    s.l[i] = s.l[i] * alpha + _mm512_reduce_add_ps(sum);
+    s.m[i] = m_new;
+  }
+}
+
+void run_head(const AttentionParams& p, const WorkItem& item, const Geometry& g, int head,
+              Scratch& s) {
+  const float log2e = 1.4426950408889634f;
+  const float scale2 = float(p.softmax_scale * 1.4426950408889634);
+  const float sink2 = p.sinks ? p.sinks[head * p.sinks_stride] * log2e : 0.0f;
+  for (int64_t q0 = item.row_begin; q0 < item.row_end; q0 += BM) {
+    const int rows = int(std::min<int64_t>(BM, item.row_end - q0));
+    std::fill(s.q.begin(), s.q.end(), uint16_t(0));
+    for (int i = 0; i < rows; ++i) {
+      std::memcpy(s.q.data() + int64_t(i) * g.d_qk,
+                  bf16_row(p.q, (g.start + q0 + i) * p.q_token_stride + head * p.q_head_stride),
+                  p.head_dim * sizeof(uint16_t));
+    }
+    std::fill(s.m, s.m + BM, p.sinks ? sink2 : -std::numeric_limits<float>::infinity());
+    std::fill(s.l, s.l + BM, p.sinks ? 1.0f : 0.0f);
+    std::fill(s.o.begin(), s.o.end(), 0.0f);
+
+    const int64_t last_row = q0 + rows - 1;
+    const KeyRange tile_keys = visible_keys(p, g.n, q0, q0 + rows);
+    for (int64_t kb = g.key_begin + ((tile_keys.begin - g.key_begin) & ~int64_t(1));
+         kb < tile_keys.end; kb += BN) {
+      const int64_t col = kb - g.key_begin;
+      scores(g, col, s);
+      softmax_rows(p, g, kb - q0, tile_keys.end - q0,
+                   block_unmasked(p, kb, BN, tile_keys.end, q0, last_row), scale2, s);
+      accumulate(g, col, s);
+    }
+
+    for (int i = 0; i < rows; ++i) {
+      const __m512 inv = _mm512_set1_ps(1.0f / s.l[i]);
+      const int64_t token = g.start + q0 + i;
+      uint16_t* out = static_cast<uint16_t*>(p.out) + token * p.out_token_stride + head * p.out_head_stride;
+      for (int c = 0; c < p.head_dim; c += 16) {
+        const __m512 o = _mm512_mul_ps(_mm512_loadu_ps(s.o.data() + int64_t(i) * g.d_v + c), inv);
+        const __mmask16 lanes = p.head_dim - c >= 16 ? 0xffff : __mmask16((1u << (p.head_dim - c)) - 1);
+        _mm256_mask_storeu_epi16(out + c, lanes, (__m256i)_mm512_cvtneps_pbh(o));
+      }
+      if (p.lse) {
+        p.lse[head * p.lse_head_stride + token * p.lse_token_stride] =
+            float((double(s.m[i]) + std::log2(double(s.l[i]))) * 0.6931471805599453);
+      }
+    }
+  }
+}
+
+void run_item(const AttentionParams& p, const WorkItem& item, Scratch& s) {
+  Geometry g;
+  g.start = p.cu_seqlens[item.image];
+  g.n = p.cu_seqlens[item.image + 1] - g.start;
+  const KeyRange keys = visible_keys(p, g.n, item.row_begin, item.row_end);
+  g.key_begin = keys.begin;
+  g.keys = int(keys.end - keys.begin);
+  // Blocks start at even offsets (any, with a window; multiples of BN without one).
+  g.keys_pad = int(p.window_left < 0 ? round_up(g.keys, BN) : round_up(g.keys, 2) + BN);
+  g.d_qk = int(round_up(p.head_dim, TM));
+  g.d_v = int(round_up(p.head_dim, TM));
+  s.q.resize(int64_t(BM) * g.d_qk);
+  s.p.resize(int64_t(BM) * BN);
+  s.kt.resize(int64_t(g.d_qk / 2) * g.keys_pad);
+  s.vp.resize(int64_t(g.keys_pad / 2) * g.d_v);
+  s.s.resize(int64_t(BM) * BN);
+  s.o.resize(int64_t(BM) * g.d_v);
+
+  const TileConfig config;
+  _tile_loadconfig(&config);
+  const int group = p.num_heads / p.num_kv_heads;
+  for (int head = item.head_begin; head < item.head_end; ++head) {
+    if (head == item.head_begin || head / group != (head - 1) / group) pack_kv(p, g, head / group, s);
+    run_head(p, item, g, head, s);
+  }
+  _tile_release();
+}
+
+}  // namespace
+
+}  // namespace visattn::cpu::amx
+
+namespace visattn::cpu {
+
+void run_amx(const AttentionParams& p, int threads) {
+  const std::vector<WorkItem> items = plan_work(p, amx::BM, threads);
+  parallel_for(int64_t(items.size()), threads, [&](int64_t i) {
+    thread_local amx::Scratch scratch;
+    amx::run_item(p, items[i], scratch);
+  });
+}
+
+}  // namespace visattn::cpu
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
