@@ -170,6 +170,19 @@ TEST_P(BackendProperties, ConcurrentCallsOnDifferentTensors) {
   for (int i = 0; i < kThreads; ++i) EXPECT_EQ(check::read_all(data[i].out), expected[i]);
 }
 
+TEST_P(BackendProperties, ThreadCountDoesNotChangeTheResult) {
+  // Without a window every row walks the same key blocks however rows are split into items.
+  check::CaseData d = check::make_case_data(property_case(check::InputLayout::fused_qkv));
+  std::vector<std::vector<float>> results;
+  for (int threads : {1, 2, 3, 8}) {
+    AttentionOptions options;
+    options.num_threads = threads;
+    attention(d.q, d.k, d.v, d.out, d.batch, options, GetParam());
+    results.push_back(check::read_all(d.out));
+  }
+  for (const auto& r : results) EXPECT_EQ(r, results[0]);
+}
+
 INSTANTIATE_TEST_SUITE_P(AllBackends, BackendProperties, testing::ValuesIn(cpu_backends()));
 
 }  // namespace

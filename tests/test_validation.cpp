@@ -147,6 +147,11 @@ TEST(Validation, Lse) {
                   {"lse: expected rank 2"});
 }
 
+TEST(Validation, NumThreads) {
+  expect_rejected([](Call& c) { c.options.num_threads = -1; }, ErrorCode::invalid_value,
+                  {"num_threads=-1"});
+}
+
 TEST(Validation, OutAliasesAnInput) {
   expect_rejected([](Call& c) {
     c.ov = TensorView::contiguous(c.q.data(), DType::f32, {T, H, D});
