@@ -39,14 +39,19 @@ struct F32Mma {
   static B broadcast(const Elem* p) { return Ops::set1(*p); }
   static typename Ops::V madd(typename Ops::V acc, A a, B b) { return Ops::fmadd(a, b, acc); }
 
-  // qa[c][i] = Q[i][c] for a tile of `rows` rows (zeros elsewhere); qa is d_pad x bm.
+  // qa[c][i] = Q[i][c] for a tile of `rows` rows (zeros elsewhere); qa is d_t x bm with d_t
+  // the head dim rounded up to W. Rows go through `staging` (bm x d_t) and W x W transposes.
   static void pack_q(const AttentionParams& p, int64_t token, int rows, int head, int bm,
-                     int d_pad, float* row, Elem* qa) {
-    std::fill(qa, qa + int64_t(d_pad) * bm, 0.0f);
-    for (int i = 0; i < rows; ++i) {
-      load_row(p.q, p.dtype, (token + i) * p.q_token_stride + head * p.q_head_stride, p.head_dim, row);
-      for (int c = 0; c < p.head_dim; ++c) qa[int64_t(c) * bm + i] = row[c];
+                     int d_t, float* staging, Elem* qa) {
+    for (int i = 0; i < bm; ++i) {
+      float* row = staging + int64_t(i) * d_t;
+      const int filled = i < rows ? p.head_dim : 0;
+      if (filled) load_row(p.q, p.dtype, (token + i) * p.q_token_stride + head * p.q_head_stride, filled, row);
+      std::fill(row + filled, row + d_t, 0.0f);
     }
+    for (int c = 0; c < d_t; c += Ops::W)
+      for (int i = 0; i < bm; i += Ops::W)
+        Ops::transpose(staging + int64_t(i) * d_t + c, d_t, qa + int64_t(c) * bm + i, bm);
   }
   // kb[j][c] = K[j][c], rows of d_pad; rows past `keys` are zero up to `keys_pad`.
   // kb[h][j][c] = K[j][kv_begin + h][c] for kv_count heads, each [keys_pad][d_pad] with zeros
@@ -132,7 +137,7 @@ class FlashKernel {
   struct Span {
     int64_t start, n;                 // the image's first token and length
     int64_t key_begin, key_end;       // keys any row of the item can see
-    int keys, keys_pad, d_pad;
+    int keys, keys_pad, d_pad, d_t;
     int64_t kv_stride;                // elements between the packed k (or v) of two kv heads
   };
 
@@ -154,11 +159,13 @@ class FlashKernel {
     g.kv_stride = int64_t(g.keys_pad) * g.d_pad / Mma::kPack;
     s.k.resize(kv_count * g.kv_stride);
     s.v.resize(kv_count * g.kv_stride);
-    s.q.resize(int64_t(g.d_pad) * BM / Mma::kPack);
+    // Q and O tiles are transposed in W x W blocks: their head-dim extent rounds up to W.
+    g.d_t = int(round_up(p.head_dim, W));
+    s.q.resize(int64_t(g.d_t) * BM / Mma::kPack);
     s.p.resize(int64_t(BN) * BM / Mma::kPack);
     s.s.resize(int64_t(BN) * BM);
-    s.o.resize(int64_t(g.d_pad) * BM);
-    s.row.resize(g.d_pad);
+    s.o.resize(int64_t(g.d_t) * BM);
+    s.row.resize(int64_t(BM) * g.d_t);
     Mma::pack_k(p, g.start + g.key_begin, g.keys, g.keys_pad, kv_begin, kv_count, g.d_pad, s.k.data());
     Mma::pack_v(p, g.start + g.key_begin, g.keys, g.keys_pad, kv_begin, kv_count, g.d_pad, s.v.data());
     for (int head = item.head_begin; head < item.head_end; ++head) {
@@ -178,7 +185,8 @@ class FlashKernel {
 
     for (int64_t q0 = item.row_begin; q0 < item.row_end; q0 += BM) {
       const int rows = int(std::min<int64_t>(BM, item.row_end - q0));
-      Mma::pack_q(p, g.start + q0, rows, head, BM, d_pad, s.row.data(), s.q.data());
+      Mma::pack_q(p, g.start + q0, rows, head, BM, Mma::kPack == 1 ? g.d_t : d_pad, s.row.data(),
+                  s.q.data());
       std::fill(s.m, s.m + BM, p.sinks ? sink2 : -std::numeric_limits<float>::infinity());
       std::fill(s.l, s.l + BM, p.sinks ? 1.0f : 0.0f);
       std::fill(s.o.begin(), s.o.end(), 0.0f);
@@ -202,7 +210,7 @@ class FlashKernel {
                             s.o.data() + int64_t(c) * BM, true);
         }
       }
-      store_tile(p, s, g.start, q0, rows, head);
+      store_tile(p, s, g, q0, rows, head);
     }
   }
 
@@ -251,13 +259,17 @@ class FlashKernel {
   }
 
   // out[i][c] = Oᵀ[c][i] / l[i] for the tile's rows; lse[i] = ln(2) · (m[i] + log2 l[i]).
-  static void store_tile(const AttentionParams& p, Scratch& s, int64_t start, int64_t q0, int rows,
+  static void store_tile(const AttentionParams& p, Scratch& s, const Span& g, int64_t q0, int rows,
                          int head) {
-    float* row = s.row.data();
+    float* staging = s.row.data();  // BM x d_t, row-major
+    for (int c = 0; c < g.d_t; c += W)
+      for (int i = 0; i < BM; i += W)
+        Ops::transpose(s.o.data() + int64_t(c) * BM + i, BM, staging + int64_t(i) * g.d_t + c, g.d_t);
     for (int i = 0; i < rows; ++i) {
-      const float inv = 1.0f / s.l[i];
-      for (int c = 0; c < p.head_dim; ++c) row[c] = s.o[int64_t(c) * BM + i] * inv;
-      const int64_t token = start + q0 + i;
+      float* row = staging + int64_t(i) * g.d_t;
+      const V inv = Ops::set1(1.0f / s.l[i]);
+      for (int c = 0; c < g.d_t; c += W) Ops::store(row + c, Ops::mul(Ops::load(row + c), inv));
+      const int64_t token = g.start + q0 + i;
       store_row(p.out, p.dtype, token * p.out_token_stride + head * p.out_head_stride, row, p.head_dim);
       if (p.lse) {
         p.lse[head * p.lse_head_stride + token * p.lse_token_stride] =

@@ -14,6 +14,7 @@
 #pragma GCC push_options
 // GCC 12 warns about the deliberately undefined lanes of its own AVX-512 intrinsics.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c")
 #endif
 
@@ -46,7 +47,8 @@ const uint16_t* bf16_row(const void* base, int64_t offset) {
 
 struct Scratch {
   std::vector<uint16_t> q, p;     // [BM][d_qk] and [BM][BN] bf16, row-major
-  std::vector<uint32_t> kt, vp;   // [d_qk / 2][keys_pad] and [keys_pad / 2][d_v] pairs
+  std::vector<uint32_t> kt, vp;   // [pairs_t][keys_pad] and [keys_pad / 2][d_v] pairs
+  std::vector<uint32_t> staging;  // [keys_pad][pairs_t]: K rows as pairs, before transposing
   std::vector<float> s, o;        // [BM][BN] and [BM][d_v]
   alignas(64) float m[BM], l[BM];
 };
@@ -54,17 +56,25 @@ struct Scratch {
 struct Geometry {
   int64_t start, n, key_begin;
   int keys, keys_pad, d_qk, d_v;
+  int pairs_t;  // head-dim pairs rounded up to the 16 x 16 transpose
 };
 
 // kt[c/2][j] = (K[j][c], K[j][c+1]); vp[j/2][c] = (V[j][c], V[j+1][c]); zeros elsewhere.
+// K rows are copied as pairs into `staging` ([keys_pad][pairs_t]) and transposed 16 x 16.
 void pack_kv(const AttentionParams& p, const Geometry& g, int kv_head, Scratch& s) {
-  std::fill(s.kt.begin(), s.kt.end(), 0u);
+  std::fill(s.staging.begin(), s.staging.end(), 0u);
   std::fill(s.vp.begin(), s.vp.end(), 0u);
   const int64_t token = g.start + g.key_begin;
   for (int j = 0; j < g.keys; ++j) {
-    const uint16_t* k = bf16_row(p.k, (token + j) * p.k_token_stride + kv_head * p.k_head_stride);
-    for (int c = 0; c < p.head_dim; c += 2) {
-      s.kt[int64_t(c / 2) * g.keys_pad + j] = bf16_pair(k[c], c + 1 < p.head_dim ? k[c + 1] : 0);
+    std::memcpy(s.staging.data() + int64_t(j) * g.pairs_t,
+                bf16_row(p.k, (token + j) * p.k_token_stride + kv_head * p.k_head_stride),
+                p.head_dim * sizeof(uint16_t));
+  }
+  for (int j = 0; j < g.keys_pad; j += TM) {
+    for (int c = 0; c < g.pairs_t; c += TM) {
+      Ops::transpose(reinterpret_cast<const float*>(s.staging.data() + int64_t(j) * g.pairs_t + c),
+                     g.pairs_t, reinterpret_cast<float*>(s.kt.data() + int64_t(c) * g.keys_pad + j),
+                     g.keys_pad);
     }
   }
   for (int j = 0; j < g.keys; j += 2) {
@@ -119,44 +129,70 @@ void accumulate(const Geometry& g, int64_t col, Scratch& s) {
   }
 }
 
-// Online softmax over the block's rows (log2 domain). Keys are relative to the tile's first
-// row: key0 is the block's first key; keys at or past key_end, or outside a row's window, are
-// masked unless `unmasked`.
+// Per-row maxima (or sums) of 16 rows at once: the rows' 16-lane partials are transposed so
+// one vertical pass reduces them all, instead of 16 horizontal reductions.
+template <bool kMax>
+__m512 reduce_rows(const __m512 (&partial)[TM]) {
+  alignas(64) float rows[TM * TM], columns[TM * TM];
+  for (int r = 0; r < TM; ++r) _mm512_store_ps(rows + r * TM, partial[r]);
+  Ops::transpose(rows, TM, columns, TM);
+  __m512 total = _mm512_load_ps(columns);
+  for (int c = 1; c < TM; ++c) {
+    const __m512 column = _mm512_load_ps(columns + c * TM);
+    total = kMax ? _mm512_max_ps(total, column) : _mm512_add_ps(total, column);
+  }
+  return total;
+}
+
+// Online softmax over the block's rows (log2 domain), 16 rows at a time. Keys are relative to
+// the tile's first row: key0 is the block's first key; keys at or past key_end, or outside a
+// row's window, are masked unless `unmasked`.
 void softmax_rows(const AttentionParams& p, const Geometry& g, int64_t key0, int64_t key_end,
                   bool unmasked, float scale2, Scratch& s) {
   constexpr float inf = std::numeric_limits<float>::infinity();
   const __m512 scale = _mm512_set1_ps(scale2);
-  for (int i = 0; i < BM; ++i) {
-    // Row i sees key j when i - wl <= j <= i + wr (and j < key_end).
-    const float lo = p.window_left < 0 ? -inf : float(i - p.window_left);
-    const float hi = std::min(p.window_right < 0 ? inf : float(i + p.window_right), float(key_end - 1));
-    __m512 x[BN / 16];
-    __m512 row_max = _mm512_set1_ps(s.m[i]);
-    for (int v = 0; v < BN / 16; ++v) {
-      x[v] = _mm512_mul_ps(_mm512_loadu_ps(s.s.data() + i * BN + v * 16), scale);
-      if (!unmasked) x[v] = Ops::mask_outside(x[v], float(key0 + v * 16), lo, hi);
-      row_max = _mm512_max_ps(row_max, x[v]);
+  for (int r0 = 0; r0 < BM; r0 += TM) {
+    __m512 partial[TM];
+    for (int r = 0; r < TM; ++r) {
+      const int i = r0 + r;
+      // Row i sees key j when i - wl <= j <= i + wr (and j < key_end).
+      const float lo = p.window_left < 0 ? -inf : float(i - p.window_left);
+      const float hi = std::min(p.window_right < 0 ? inf : float(i + p.window_right), float(key_end - 1));
+      partial[r] = _mm512_set1_ps(-inf);
+      for (int v = 0; v < BN / 16; ++v) {
+        float* x_ptr = s.s.data() + i * BN + v * 16;
+        __m512 x = _mm512_mul_ps(_mm512_loadu_ps(x_ptr), scale);
+        if (!unmasked) x = Ops::mask_outside(x, float(key0 + v * 16), lo, hi);
+        _mm512_storeu_ps(x_ptr, x);
+        partial[r] = _mm512_max_ps(partial[r], x);
+      }
     }
-    const float m_new = _mm512_reduce_max_ps(row_max);
-    const float m_use = m_new == -inf ? 0.0f : m_new;
-    const __m512 shift = _mm512_set1_ps(m_use);
-    __m512 sum = _mm512_setzero_ps();
-    for (int v = 0; v < BN / 16; v += 2) {
-      const __m512 p0 = Ops::exp2(_mm512_sub_ps(x[v], shift));
-      const __m512 p1 = Ops::exp2(_mm512_sub_ps(x[v + 1], shift));
-      sum = _mm512_add_ps(sum, _mm512_add_ps(p0, p1));
-      _mm512_storeu_si512(s.p.data() + i * BN + v * 16, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
+    const __m512 m_old = _mm512_loadu_ps(s.m + r0);
+    const __m512 m_new = _mm512_max_ps(m_old, reduce_rows<true>(partial));
+    const __m512 m_use = Ops::finite_or_zero(m_new);
+    alignas(64) float alpha[TM], shift[TM];
+    _mm512_store_ps(alpha, Ops::exp2(_mm512_sub_ps(m_old, m_use)));
+    _mm512_store_ps(shift, m_use);
+    for (int r = 0; r < TM; ++r) {
+      const int i = r0 + r;
+      const __m512 m = _mm512_set1_ps(shift[r]);
+      partial[r] = _mm512_setzero_ps();
+      for (int v = 0; v < BN / 16; v += 2) {
+        const __m512 p0 = Ops::exp2(_mm512_sub_ps(_mm512_loadu_ps(s.s.data() + i * BN + v * 16), m));
+        const __m512 p1 = Ops::exp2(_mm512_sub_ps(_mm512_loadu_ps(s.s.data() + i * BN + v * 16 + 16), m));
+        partial[r] = _mm512_add_ps(partial[r], _mm512_add_ps(p0, p1));
+        _mm512_storeu_si512(s.p.data() + i * BN + v * 16, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
+      }
+      // Once a row's max stops growing (most blocks of a long image), O needs no rescale.
+      if (alpha[r] != 1.0f) {
+        const __m512 a = _mm512_set1_ps(alpha[r]);
+        float* o = s.o.data() + int64_t(i) * g.d_v;
+        for (int c = 0; c < g.d_v; c += 16) _mm512_storeu_ps(o + c, _mm512_mul_ps(_mm512_loadu_ps(o + c), a));
+      }
     }
-    // Once a row's max stops growing (most blocks of a long image), O needs no rescale.
-    float alpha = 1.0f;
-    if (m_new != s.m[i]) {
-      alpha = _mm512_cvtss_f32(Ops::exp2(_mm512_set1_ps(s.m[i] - m_use)));
-      const __m512 a = _mm512_set1_ps(alpha);
-      float* o = s.o.data() + int64_t(i) * g.d_v;
-      for (int c = 0; c < g.d_v; c += 16) _mm512_storeu_ps(o + c, _mm512_mul_ps(_mm512_loadu_ps(o + c), a));
-    }
-    s.l[i] = s.l[i] * alpha + _mm512_reduce_add_ps(sum);
-    s.m[i] = m_new;
+    const __m512 sums = reduce_rows<false>(partial);
+    _mm512_storeu_ps(s.l + r0, _mm512_fmadd_ps(_mm512_loadu_ps(s.l + r0), _mm512_load_ps(alpha), sums));
+    _mm512_storeu_ps(s.m + r0, m_new);
   }
 }
 
@@ -212,13 +248,16 @@ void run_item(const AttentionParams& p, const WorkItem& item, Scratch& s) {
   const KeyRange keys = visible_keys(p, g.n, item.row_begin, item.row_end);
   g.key_begin = keys.begin;
   g.keys = int(keys.end - keys.begin);
-  // Blocks start at even offsets (any, with a window; multiples of BN without one).
-  g.keys_pad = int(p.window_left < 0 ? round_up(g.keys, BN) : round_up(g.keys, 2) + BN);
+  // Blocks start at even offsets (any, with a window; multiples of BN without one); whole
+  // 16-key columns for the transpose.
+  g.keys_pad = int(p.window_left < 0 ? round_up(g.keys, BN) : round_up(g.keys, TM) + BN);
   g.d_qk = int(round_up(p.head_dim, TM));
+  g.pairs_t = int(round_up(g.d_qk / 2, TM));
   g.d_v = int(round_up(p.head_dim, TM));
   s.q.resize(int64_t(BM) * g.d_qk);
   s.p.resize(int64_t(BM) * BN);
-  s.kt.resize(int64_t(g.d_qk / 2) * g.keys_pad);
+  s.kt.resize(int64_t(g.pairs_t) * g.keys_pad);
+  s.staging.resize(int64_t(g.keys_pad) * g.pairs_t);
   s.vp.resize(int64_t(g.keys_pad / 2) * g.d_v);
   s.s.resize(int64_t(BM) * BN);
   s.o.resize(int64_t(BM) * g.d_v);

@@ -8,6 +8,7 @@
 #pragma GCC push_options
 // GCC 12 warns about the deliberately undefined lanes of its own AVX-512 intrinsics.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")
 #endif
 

@@ -30,6 +30,33 @@ struct Avx512Ops {
     const __mmask16 is_neg_inf = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-__builtin_inff()), _CMP_EQ_OQ);
     return _mm512_mask_blend_ps(is_neg_inf, x, _mm512_setzero_ps());
   }
+  // dst[c][r] = src[r][c] for a 16 x 16 block (strides in floats).
+  static void transpose(const float* src, int64_t src_stride, float* dst, int64_t dst_stride) {
+    __m512 r[16], u[16];
+    for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * src_stride);
+    for (int i = 0; i < 16; i += 2) {  // 32-bit pairs within 128-bit lanes
+      u[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+      u[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {  // 64-bit pairs: u[i + k] holds columns k, k+4, k+8, k+12
+      const __m512d a = _mm512_castps_pd(u[i]), b = _mm512_castps_pd(u[i + 1]);
+      const __m512d c = _mm512_castps_pd(u[i + 2]), e = _mm512_castps_pd(u[i + 3]);
+      r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+      r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+      r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, e));
+      r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, e));
+    }
+    for (int k = 0; k < 4; ++k) {  // 128-bit blocks of rows 0-3, 4-7, 8-11, 12-15
+      const __m512 v0 = _mm512_shuffle_f32x4(r[k], r[4 + k], 0x88);
+      const __m512 v1 = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0x88);
+      const __m512 w0 = _mm512_shuffle_f32x4(r[k], r[4 + k], 0xdd);
+      const __m512 w1 = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0xdd);
+      _mm512_storeu_ps(dst + k * dst_stride, _mm512_shuffle_f32x4(v0, v1, 0x88));
+      _mm512_storeu_ps(dst + (k + 8) * dst_stride, _mm512_shuffle_f32x4(v0, v1, 0xdd));
+      _mm512_storeu_ps(dst + (k + 4) * dst_stride, _mm512_shuffle_f32x4(w0, w1, 0x88));
+      _mm512_storeu_ps(dst + (k + 12) * dst_stride, _mm512_shuffle_f32x4(w0, w1, 0xdd));
+    }
+  }
   // 2^x for x <= 0 (and -inf -> 0): degree-7 polynomial on [-0.5, 0.5], scaled by 2^round(x).
   static V exp2(V x) {
     x = _mm512_max_ps(x, _mm512_set1_ps(-150.0f));

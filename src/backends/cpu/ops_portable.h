@@ -37,6 +37,11 @@ struct PortableOps {
   static V finite_or_zero(V x) {
     return map([&](int i) { return x.lane[i] == -std::numeric_limits<float>::infinity() ? 0.0f : x.lane[i]; });
   }
+  // dst[c][r] = src[r][c] for a W x W block (strides in floats).
+  static void transpose(const float* src, int64_t src_stride, float* dst, int64_t dst_stride) {
+    for (int r = 0; r < W; ++r)
+      for (int c = 0; c < W; ++c) dst[c * dst_stride + r] = src[r * src_stride + c];
+  }
   static V exp2(V x) { return map([&](int i) { return std::exp2(x.lane[i]); }); }
 };
 
