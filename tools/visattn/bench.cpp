@@ -198,7 +198,7 @@ int run_bench(const BenchOptions& options) {
   std::fprintf(stderr, "visattn bench: %zu workloads from %s, backends:", suite.size(), file.c_str());
   for (const auto& n : names) std::fprintf(stderr, " %s", n.c_str());
   std::fprintf(stderr, "\n  measuring the sgemm ceiling (OpenBLAS, %d threads)...\n", threads);
-  const double sgemm_gflops = measure_sgemm_gflops(1024, threads);
+  const double sgemm_gflops = measure_sgemm_gflops(2048, threads);
   std::fprintf(stderr, "  sgemm: %.1f GFLOP/s\n", sgemm_gflops);
 
   std::vector<Result> results;

@@ -45,10 +45,13 @@ const uint16_t* bf16_row(const void* base, int64_t offset) {
   return static_cast<const uint16_t*>(base) + offset;
 }
 
+// Everything an item reads is packed once, token-major (each token's heads are adjacent in
+// memory, so the rows stream in order), for all of the item's heads.
 struct Scratch {
-  std::vector<uint16_t> q, p;     // [BM][d_qk] and [BM][BN] bf16, row-major
-  std::vector<uint32_t> kt, vp;   // [pairs_t][keys_pad] and [keys_pad / 2][d_v] pairs
-  std::vector<uint32_t> staging;  // [keys_pad][pairs_t]: K rows as pairs, before transposing
+  std::vector<uint16_t> q;        // [heads][rows_pad][d_qk] bf16
+  std::vector<uint32_t> kt, vp;   // [kv heads][pairs_t][keys_pad], [kv heads][keys_pad / 2][d_v]
+  std::vector<uint32_t> staging;  // [kv heads][keys_pad][pairs_t]: K rows as pairs, untransposed
+  std::vector<uint16_t> p;        // [BM][BN] bf16
   std::vector<float> s, o;        // [BM][BN] and [BM][d_v]
   alignas(64) float m[BM], l[BM];
 };
@@ -57,52 +60,107 @@ struct Geometry {
   int64_t start, n, key_begin;
   int keys, keys_pad, d_qk, d_v;
   int pairs_t;  // head-dim pairs rounded up to the 16 x 16 transpose
+  int rows_pad;                       // the item's query rows rounded up to BM
+  int kv_begin, kv_count;             // the item's kv heads
+  int64_t q_stride, kt_stride, vp_stride;  // elements between two heads' packed q, kt, vp
 };
 
-// kt[c/2][j] = (K[j][c], K[j][c+1]); vp[j/2][c] = (V[j][c], V[j+1][c]); zeros elsewhere.
-// K rows are copied as pairs into `staging` ([keys_pad][pairs_t]) and transposed 16 x 16.
-void pack_kv(const AttentionParams& p, const Geometry& g, int kv_head, Scratch& s) {
-  std::fill(s.staging.begin(), s.staging.end(), 0u);
-  std::fill(s.vp.begin(), s.vp.end(), 0u);
-  const int64_t token = g.start + g.key_begin;
-  for (int j = 0; j < g.keys; ++j) {
-    std::memcpy(s.staging.data() + int64_t(j) * g.pairs_t,
-                bf16_row(p.k, (token + j) * p.k_token_stride + kv_head * p.k_head_stride),
-                p.head_dim * sizeof(uint16_t));
-  }
-  for (int j = 0; j < g.keys_pad; j += TM) {
-    for (int c = 0; c < g.pairs_t; c += TM) {
-      Ops::transpose(reinterpret_cast<const float*>(s.staging.data() + int64_t(j) * g.pairs_t + c),
-                     g.pairs_t, reinterpret_cast<float*>(s.kt.data() + int64_t(c) * g.keys_pad + j),
-                     g.keys_pad);
+// out[c] = (row0[c], row1[c]) for c < d (row1 null: zeros), 32 pairs per step.
+void interleave_rows(const uint16_t* row0, const uint16_t* row1, int d, uint32_t* out) {
+  const __m512i first = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
+  const __m512i second = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
+  for (int c = 0; c < d; c += 32) {
+    const __mmask32 lanes = d - c >= 32 ? 0xffffffffu : (1u << (d - c)) - 1;
+    const __m512i a = _mm512_maskz_loadu_epi16(lanes, row0 + c);
+    const __m512i b = row1 ? _mm512_maskz_loadu_epi16(lanes, row1 + c) : _mm512_setzero_si512();
+    // unpack interleaves within 128-bit lanes; the permutes put the pairs back in order.
+    const __m512i lo = _mm512_unpacklo_epi16(a, b), hi = _mm512_unpackhi_epi16(a, b);
+    const int n = std::min(32, d - c);
+    _mm512_mask_storeu_epi32(out + c, __mmask16(n >= 16 ? 0xffff : (1u << n) - 1),
+                             _mm512_permutex2var_epi64(lo, first, hi));
+    if (n > 16) {
+      _mm512_mask_storeu_epi32(out + c + 16, __mmask16(n >= 32 ? 0xffff : (1u << (n - 16)) - 1),
+                               _mm512_permutex2var_epi64(lo, second, hi));
     }
-  }
-  for (int j = 0; j < g.keys; j += 2) {
-    const int64_t offset = kv_head * p.v_head_stride;
-    const uint16_t* v1 = j + 1 < g.keys ? bf16_row(p.v, (token + j + 1) * p.v_token_stride + offset)
-                                        : nullptr;
-    pack_bf16_row_pairs(bf16_row(p.v, (token + j) * p.v_token_stride + offset), v1, p.head_dim,
-                        s.vp.data() + int64_t(j / 2) * g.d_v);
   }
 }
 
-// S = Q · Kᵀ for the block of keys starting at packed column `col`.
-void scores(const Geometry& g, int64_t col, Scratch& s) {
+// For every head h of the item: q[h][i] = Q rows; kt[kv][c/2][j] = (K[j][c], K[j][c+1]);
+// vp[kv][j/2][c] = (V[j][c], V[j+1][c]); zeros elsewhere. K goes through `staging` and 16 x 16
+// transposes.
+void pack_item(const AttentionParams& p, const WorkItem& item, const Geometry& g, Scratch& s) {
+  const int heads = item.head_end - item.head_begin;
+  const int d = p.head_dim;
+  const int64_t rows = item.row_end - item.row_begin;
+  // Rows get their values and a zero tail; only padding rows are cleared whole.
+  auto copy_row = [d](uint16_t* dst, const uint16_t* src, int width) {
+    std::memcpy(dst, src, d * sizeof(uint16_t));
+    std::fill(dst + d, dst + width, uint16_t(0));
+  };
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t token = g.start + item.row_begin + i;
+    for (int h = 0; h < heads; ++h) {
+      copy_row(s.q.data() + h * g.q_stride + i * g.d_qk,
+               bf16_row(p.q, token * p.q_token_stride + (item.head_begin + h) * p.q_head_stride), g.d_qk);
+    }
+  }
+  for (int h = 0; h < heads; ++h) {
+    std::fill(s.q.data() + h * g.q_stride + rows * g.d_qk, s.q.data() + (h + 1) * g.q_stride, uint16_t(0));
+  }
+  const int64_t staging_stride = int64_t(g.keys_pad) * g.pairs_t;
+  const int64_t first_key = g.start + g.key_begin;
+  for (int j = 0; j < g.keys; ++j) {
+    for (int h = 0; h < g.kv_count; ++h) {
+      copy_row(reinterpret_cast<uint16_t*>(s.staging.data() + h * staging_stride + int64_t(j) * g.pairs_t),
+               bf16_row(p.k, (first_key + j) * p.k_token_stride + (g.kv_begin + h) * p.k_head_stride),
+               2 * g.pairs_t);
+    }
+  }
+  const int key_pairs = (g.keys + 1) / 2;
+  for (int j = 0; j < g.keys; j += 2) {
+    for (int h = 0; h < g.kv_count; ++h) {
+      const int64_t offset = (g.kv_begin + h) * p.v_head_stride;
+      const uint16_t* v1 =
+          j + 1 < g.keys ? bf16_row(p.v, (first_key + j + 1) * p.v_token_stride + offset) : nullptr;
+      uint32_t* out = s.vp.data() + h * g.vp_stride + int64_t(j / 2) * g.d_v;
+      interleave_rows(bf16_row(p.v, (first_key + j) * p.v_token_stride + offset), v1, d, out);
+      std::fill(out + d, out + g.d_v, 0u);
+    }
+  }
+  for (int h = 0; h < g.kv_count; ++h) {
+    std::fill(s.staging.data() + h * staging_stride + int64_t(g.keys) * g.pairs_t,
+              s.staging.data() + (h + 1) * staging_stride, 0u);
+    std::fill(s.vp.data() + h * g.vp_stride + int64_t(key_pairs) * g.d_v,
+              s.vp.data() + (h + 1) * g.vp_stride, 0u);
+    for (int j = 0; j < g.keys_pad; j += TM) {
+      for (int c = 0; c < g.pairs_t; c += TM) {
+        Ops::transpose(
+            reinterpret_cast<const float*>(s.staging.data() + h * staging_stride + int64_t(j) * g.pairs_t + c),
+            g.pairs_t,
+            reinterpret_cast<float*>(s.kt.data() + h * g.kt_stride + int64_t(c) * g.keys_pad + j),
+            g.keys_pad);
+      }
+    }
+  }
+}
+
+// S = Q · Kᵀ for the query tile q and the block of keys starting at packed column `col`.
+void scores(const Geometry& g, const uint16_t* q, const uint32_t* kt, int64_t col, Scratch& s) {
   for (int jt = 0; jt < BN / TM; ++jt) {
     _tile_zero(0);
     _tile_zero(1);
     int c = 0;
     for (; c + 32 <= g.d_qk; c += 32) {
-      _tile_loadd(2, s.q.data() + c, g.d_qk * 2);
-      _tile_loadd(3, s.q.data() + TM * g.d_qk + c, g.d_qk * 2);
-      _tile_loadd(4, s.kt.data() + int64_t(c / 2) * g.keys_pad + col + jt * TM, g.keys_pad * 4);
+      _tile_loadd(2, q + c, g.d_qk * 2);
+      _tile_loadd(3, q + TM * g.d_qk + c, g.d_qk * 2);
+      _tile_loadd(4, kt + int64_t(c / 2) * g.keys_pad + col + jt * TM, g.keys_pad * 4);
       _tile_dpbf16ps(0, 2, 4);
       _tile_dpbf16ps(1, 3, 4);
     }
     if (c < g.d_qk) {  // the last 16 of the head dim
-      _tile_loadd(5, s.q.data() + c, g.d_qk * 2);
-      _tile_loadd(6, s.q.data() + TM * g.d_qk + c, g.d_qk * 2);
-      _tile_loadd(7, s.kt.data() + int64_t(c / 2) * g.keys_pad + col + jt * TM, g.keys_pad * 4);
+      _tile_loadd(5, q + c, g.d_qk * 2);
+      _tile_loadd(6, q + TM * g.d_qk + c, g.d_qk * 2);
+      _tile_loadd(7, kt + int64_t(c / 2) * g.keys_pad + col + jt * TM, g.keys_pad * 4);
       _tile_dpbf16ps(0, 5, 7);
       _tile_dpbf16ps(1, 6, 7);
     }
@@ -112,7 +170,7 @@ void scores(const Geometry& g, int64_t col, Scratch& s) {
 }
 
 // O += P · V for the block whose keys start at packed (even) column `col`.
-void accumulate(const Geometry& g, int64_t col, Scratch& s) {
+void accumulate(const Geometry& g, const uint32_t* vp, int64_t col, Scratch& s) {
   for (int ct = 0; ct < g.d_v / TM; ++ct) {
     float* o = s.o.data() + ct * TM;
     _tile_loadd(0, o, g.d_v * 4);
@@ -120,7 +178,7 @@ void accumulate(const Geometry& g, int64_t col, Scratch& s) {
     for (int kc = 0; kc < BN / 32; ++kc) {
       _tile_loadd(2, s.p.data() + kc * 32, BN * 2);
       _tile_loadd(3, s.p.data() + TM * BN + kc * 32, BN * 2);
-      _tile_loadd(4, s.vp.data() + (col / 2 + kc * TM) * g.d_v + ct * TM, g.d_v * 4);
+      _tile_loadd(4, vp + (col / 2 + kc * TM) * g.d_v + ct * TM, g.d_v * 4);
       _tile_dpbf16ps(0, 2, 4);
       _tile_dpbf16ps(1, 3, 4);
     }
@@ -151,6 +209,9 @@ void softmax_rows(const AttentionParams& p, const Geometry& g, int64_t key0, int
                   bool unmasked, float scale2, Scratch& s) {
   constexpr float inf = std::numeric_limits<float>::infinity();
   const __m512 scale = _mm512_set1_ps(scale2);
+  // Unmasked blocks with a positive scale take the max of the raw scores and fold the scale
+  // into the exponent (one FMA), so the scores are read twice and never rewritten.
+  const bool fused = unmasked && scale2 > 0;
   for (int r0 = 0; r0 < BM; r0 += TM) {
     __m512 partial[TM];
     for (int r = 0; r < TM; ++r) {
@@ -161,11 +222,15 @@ void softmax_rows(const AttentionParams& p, const Geometry& g, int64_t key0, int
       partial[r] = _mm512_set1_ps(-inf);
       for (int v = 0; v < BN / 16; ++v) {
         float* x_ptr = s.s.data() + i * BN + v * 16;
-        __m512 x = _mm512_mul_ps(_mm512_loadu_ps(x_ptr), scale);
-        if (!unmasked) x = Ops::mask_outside(x, float(key0 + v * 16), lo, hi);
-        _mm512_storeu_ps(x_ptr, x);
+        __m512 x = _mm512_loadu_ps(x_ptr);
+        if (!fused) {
+          x = _mm512_mul_ps(x, scale);
+          if (!unmasked) x = Ops::mask_outside(x, float(key0 + v * 16), lo, hi);
+          _mm512_storeu_ps(x_ptr, x);
+        }
         partial[r] = _mm512_max_ps(partial[r], x);
       }
+      if (fused) partial[r] = _mm512_mul_ps(partial[r], scale);
     }
     const __m512 m_old = _mm512_loadu_ps(s.m + r0);
     const __m512 m_new = _mm512_max_ps(m_old, reduce_rows<true>(partial));
@@ -176,10 +241,12 @@ void softmax_rows(const AttentionParams& p, const Geometry& g, int64_t key0, int
     for (int r = 0; r < TM; ++r) {
       const int i = r0 + r;
       const __m512 m = _mm512_set1_ps(shift[r]);
+      const __m512 x_scale = fused ? scale : _mm512_set1_ps(1.0f);
       partial[r] = _mm512_setzero_ps();
       for (int v = 0; v < BN / 16; v += 2) {
-        const __m512 p0 = Ops::exp2(_mm512_sub_ps(_mm512_loadu_ps(s.s.data() + i * BN + v * 16), m));
-        const __m512 p1 = Ops::exp2(_mm512_sub_ps(_mm512_loadu_ps(s.s.data() + i * BN + v * 16 + 16), m));
+        const float* x = s.s.data() + i * BN + v * 16;
+        const __m512 p0 = Ops::exp2(_mm512_fmsub_ps(_mm512_loadu_ps(x), x_scale, m));
+        const __m512 p1 = Ops::exp2(_mm512_fmsub_ps(_mm512_loadu_ps(x + 16), x_scale, m));
         partial[r] = _mm512_add_ps(partial[r], _mm512_add_ps(p0, p1));
         _mm512_storeu_si512(s.p.data() + i * BN + v * 16, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
       }
@@ -197,18 +264,13 @@ void softmax_rows(const AttentionParams& p, const Geometry& g, int64_t key0, int
 }
 
 void run_head(const AttentionParams& p, const WorkItem& item, const Geometry& g, int head,
-              Scratch& s) {
+              const uint32_t* kt, const uint32_t* vp, Scratch& s) {
   const float log2e = 1.4426950408889634f;
   const float scale2 = float(p.softmax_scale * 1.4426950408889634);
   const float sink2 = p.sinks ? p.sinks[head * p.sinks_stride] * log2e : 0.0f;
   for (int64_t q0 = item.row_begin; q0 < item.row_end; q0 += BM) {
     const int rows = int(std::min<int64_t>(BM, item.row_end - q0));
-    std::fill(s.q.begin(), s.q.end(), uint16_t(0));
-    for (int i = 0; i < rows; ++i) {
-      std::memcpy(s.q.data() + int64_t(i) * g.d_qk,
-                  bf16_row(p.q, (g.start + q0 + i) * p.q_token_stride + head * p.q_head_stride),
-                  p.head_dim * sizeof(uint16_t));
-    }
+    const uint16_t* q = s.q.data() + (head - item.head_begin) * g.q_stride + (q0 - item.row_begin) * g.d_qk;
     std::fill(s.m, s.m + BM, p.sinks ? sink2 : -std::numeric_limits<float>::infinity());
     std::fill(s.l, s.l + BM, p.sinks ? 1.0f : 0.0f);
     std::fill(s.o.begin(), s.o.end(), 0.0f);
@@ -218,10 +280,10 @@ void run_head(const AttentionParams& p, const WorkItem& item, const Geometry& g,
     for (int64_t kb = g.key_begin + ((tile_keys.begin - g.key_begin) & ~int64_t(1));
          kb < tile_keys.end; kb += BN) {
       const int64_t col = kb - g.key_begin;
-      scores(g, col, s);
+      scores(g, q, kt, col, s);
       softmax_rows(p, g, kb - q0, tile_keys.end - q0,
                    block_unmasked(p, kb, BN, tile_keys.end, q0, last_row), scale2, s);
-      accumulate(g, col, s);
+      accumulate(g, vp, col, s);
     }
 
     for (int i = 0; i < rows; ++i) {
@@ -254,20 +316,27 @@ void run_item(const AttentionParams& p, const WorkItem& item, Scratch& s) {
   g.d_qk = int(round_up(p.head_dim, TM));
   g.pairs_t = int(round_up(g.d_qk / 2, TM));
   g.d_v = int(round_up(p.head_dim, TM));
-  s.q.resize(int64_t(BM) * g.d_qk);
+  const int group = p.num_heads / p.num_kv_heads;
+  g.rows_pad = int(round_up(item.row_end - item.row_begin, BM));
+  g.kv_begin = item.head_begin / group;
+  g.kv_count = (item.head_end - 1) / group - g.kv_begin + 1;
+  g.q_stride = int64_t(g.rows_pad) * g.d_qk;
+  g.kt_stride = int64_t(g.pairs_t) * g.keys_pad;
+  g.vp_stride = int64_t(g.keys_pad / 2) * g.d_v;
+  s.q.resize((item.head_end - item.head_begin) * g.q_stride);  // rows_pad x d_qk per head
+  s.kt.resize(g.kv_count * g.kt_stride);
+  s.staging.resize(g.kv_count * int64_t(g.keys_pad) * g.pairs_t);
+  s.vp.resize(g.kv_count * g.vp_stride);
   s.p.resize(int64_t(BM) * BN);
-  s.kt.resize(int64_t(g.pairs_t) * g.keys_pad);
-  s.staging.resize(int64_t(g.keys_pad) * g.pairs_t);
-  s.vp.resize(int64_t(g.keys_pad / 2) * g.d_v);
   s.s.resize(int64_t(BM) * BN);
   s.o.resize(int64_t(BM) * g.d_v);
 
   const TileConfig config;
   _tile_loadconfig(&config);
-  const int group = p.num_heads / p.num_kv_heads;
+  pack_item(p, item, g, s);
   for (int head = item.head_begin; head < item.head_end; ++head) {
-    if (head == item.head_begin || head / group != (head - 1) / group) pack_kv(p, g, head / group, s);
-    run_head(p, item, g, head, s);
+    const int kv = head / group - g.kv_begin;
+    run_head(p, item, g, head, s.kt.data() + kv * g.kt_stride, s.vp.data() + kv * g.vp_stride, s);
   }
   _tile_release();
 }
