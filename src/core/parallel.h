@@ -1,4 +1,4 @@
-// A minimal fork-join loop over independent work items on std::threads.
+// A minimal fork-join loop over independent work items.
 #pragma once
 
 #include <atomic>
@@ -14,7 +14,9 @@ namespace visattn {
 int default_num_threads();
 
 // Calls body(i) for every i in [0, count), items handed out dynamically in order, on up to
-// num_threads threads (the caller's included). The first exception is rethrown.
+// num_threads threads: the caller and workers of a process-wide pool (kept alive so their
+// thread_local scratch is reused across calls). Safe to call from several threads at once.
+// The first exception is rethrown.
 void parallel_for(int64_t count, int num_threads, const std::function<void(int64_t)>& body);
 
 }  // namespace visattn

@@ -39,21 +39,15 @@ struct F32Mma {
   static B broadcast(const Elem* p) { return Ops::set1(*p); }
   static typename Ops::V madd(typename Ops::V acc, A a, B b) { return Ops::fmadd(a, b, acc); }
 
-  // qa[c][i] = Q[i][c] for a tile of `rows` rows (zeros elsewhere); qa is d_t x bm with d_t
-  // the head dim rounded up to W. Rows go through `staging` (bm x d_t) and W x W transposes.
-  static void pack_q(const AttentionParams& p, int64_t token, int rows, int head, int bm,
-                     int d_t, float* staging, Elem* qa) {
-    for (int i = 0; i < bm; ++i) {
-      float* row = staging + int64_t(i) * d_t;
-      const int filled = i < rows ? p.head_dim : 0;
-      if (filled) load_row(p.q, p.dtype, (token + i) * p.q_token_stride + head * p.q_head_stride, filled, row);
-      std::fill(row + filled, row + d_t, 0.0f);
-    }
+  static constexpr bool kStagedQ = true;  // reads q rows staged as float by the kernel
+  // qa[c][i] = staged[i][c] for the bm rows of a tile (zeros past the item's rows); qa is
+  // d_t x bm, d_t the head dim rounded up to W, by W x W transposes.
+  static void pack_q(const AttentionParams&, int64_t, int, int, int bm, int d_t,
+                     const float* staged, Elem* qa) {
     for (int c = 0; c < d_t; c += Ops::W)
       for (int i = 0; i < bm; i += Ops::W)
-        Ops::transpose(staging + int64_t(i) * d_t + c, d_t, qa + int64_t(c) * bm + i, bm);
+        Ops::transpose(staged + int64_t(i) * d_t + c, d_t, qa + int64_t(c) * bm + i, bm);
   }
-  // kb[j][c] = K[j][c], rows of d_pad; rows past `keys` are zero up to `keys_pad`.
   // kb[h][j][c] = K[j][kv_begin + h][c] for kv_count heads, each [keys_pad][d_pad] with zeros
   // past `keys` and past head_dim. Token-major: each token's heads are read together.
   static void pack_k(const AttentionParams& p, int64_t token, int keys, int keys_pad, int kv_begin,
@@ -109,9 +103,15 @@ class FlashKernel {
  private:
   struct Scratch {
     std::vector<Elem> q, k, v, p;
-    std::vector<float> s, o, row;
+    std::vector<float> s, o;
+    std::vector<float> q_rows;    // [heads][kGroupRows][d_t]: a row group's q, token-major read
+    std::vector<float> out_rows;  // [kGroupRows][heads][d_t]: its output, written token-major
     alignas(64) float m[BM], l[BM];
   };
+  // Rows are staged in groups of this many: the q rows of all the item's heads are read, and
+  // the outputs written, token by token (each token's heads are adjacent in memory), instead of
+  // one strided head at a time.
+  static constexpr int kGroupRows = 4 * BM;
 
   // C[r][i] (+)= Σ_k A[k][i] · B[k·b_k + r·b_r], for R rows r and the BM lanes i.
   template <int R>
@@ -165,17 +165,54 @@ class FlashKernel {
     s.p.resize(int64_t(BN) * BM / Mma::kPack);
     s.s.resize(int64_t(BN) * BM);
     s.o.resize(int64_t(g.d_t) * BM);
-    s.row.resize(int64_t(BM) * g.d_t);
+    const int heads = item.head_end - item.head_begin;
+    if (Mma::kStagedQ) s.q_rows.resize(int64_t(heads) * kGroupRows * g.d_t);
+    s.out_rows.resize(int64_t(kGroupRows) * heads * g.d_t);
     Mma::pack_k(p, g.start + g.key_begin, g.keys, g.keys_pad, kv_begin, kv_count, g.d_pad, s.k.data());
     Mma::pack_v(p, g.start + g.key_begin, g.keys, g.keys_pad, kv_begin, kv_count, g.d_pad, s.v.data());
-    for (int head = item.head_begin; head < item.head_end; ++head) {
-      const int64_t kv_offset = (head / group - kv_begin) * g.kv_stride;
-      attend_head(p, item, g, head, s.k.data() + kv_offset, s.v.data() + kv_offset, s);
+    for (int64_t r0 = item.row_begin; r0 < item.row_end; r0 += kGroupRows) {
+      const int rows = int(std::min<int64_t>(kGroupRows, item.row_end - r0));
+      if (Mma::kStagedQ) stage_q(p, g, item, r0, rows, s);
+      for (int head = item.head_begin; head < item.head_end; ++head) {
+        const int64_t kv_offset = (head / group - kv_begin) * g.kv_stride;
+        attend_head(p, item, g, head, r0, rows, s.k.data() + kv_offset, s.v.data() + kv_offset, s);
+      }
+      for (int i = 0; i < rows; ++i) {
+        const int64_t token = g.start + r0 + i;
+        for (int h = 0; h < heads; ++h) {
+          store_row(p.out, p.dtype, token * p.out_token_stride + (item.head_begin + h) * p.out_head_stride,
+                    s.out_rows.data() + (int64_t(i) * heads + h) * g.d_t, p.head_dim);
+        }
+      }
     }
   }
 
+  // q_rows[h][i] = Q[r0 + i][head_begin + h] as float, zero past head_dim and past `rows` (up
+  // to whole tiles).
+  static void stage_q(const AttentionParams& p, const Span& g, const WorkItem& item, int64_t r0,
+                      int rows, Scratch& s) {
+    const int heads = item.head_end - item.head_begin;
+    const int64_t per_head = int64_t(kGroupRows) * g.d_t;
+    for (int i = 0; i < rows; ++i) {
+      const int64_t token = g.start + r0 + i;
+      for (int h = 0; h < heads; ++h) {
+        float* row = s.q_rows.data() + h * per_head + int64_t(i) * g.d_t;
+        load_row(p.q, p.dtype, token * p.q_token_stride + (item.head_begin + h) * p.q_head_stride,
+                 p.head_dim, row);
+        std::fill(row + p.head_dim, row + g.d_t, 0.0f);
+      }
+    }
+    const int padded = int(round_up(rows, BM));
+    for (int h = 0; h < heads; ++h) {
+      std::fill(s.q_rows.data() + h * per_head + int64_t(rows) * g.d_t,
+                s.q_rows.data() + h * per_head + int64_t(padded) * g.d_t, 0.0f);
+    }
+  }
+
+  // Rows [r0, r0 + group_rows) of one head; outputs go to out_rows.
   static void attend_head(const AttentionParams& p, const WorkItem& item, const Span& g, int head,
-                          const Elem* k_packed, const Elem* v_packed, Scratch& s) {
+                          int64_t r0, int group_rows, const Elem* k_packed, const Elem* v_packed,
+                          Scratch& s) {
     const int64_t n = g.n, key_begin = g.key_begin;
     const int d_pad = g.d_pad;
     const int64_t wl = p.window_left, wr = p.window_right;
@@ -183,10 +220,11 @@ class FlashKernel {
     const float scale2 = float(p.softmax_scale * 1.4426950408889634);
     const float sink2 = p.sinks ? p.sinks[head * p.sinks_stride] * log2e : 0.0f;
 
-    for (int64_t q0 = item.row_begin; q0 < item.row_end; q0 += BM) {
-      const int rows = int(std::min<int64_t>(BM, item.row_end - q0));
-      Mma::pack_q(p, g.start + q0, rows, head, BM, Mma::kPack == 1 ? g.d_t : d_pad, s.row.data(),
-                  s.q.data());
+    const float* staged = s.q_rows.data() + int64_t(head - item.head_begin) * kGroupRows * g.d_t;
+    for (int64_t q0 = r0; q0 < r0 + group_rows; q0 += BM) {
+      const int rows = int(std::min<int64_t>(BM, r0 + group_rows - q0));
+      Mma::pack_q(p, g.start + q0, rows, head, BM, Mma::kPack == 1 ? g.d_t : d_pad,
+                  staged + (q0 - r0) * g.d_t, s.q.data());
       std::fill(s.m, s.m + BM, p.sinks ? sink2 : -std::numeric_limits<float>::infinity());
       std::fill(s.l, s.l + BM, p.sinks ? 1.0f : 0.0f);
       std::fill(s.o.begin(), s.o.end(), 0.0f);
@@ -210,7 +248,7 @@ class FlashKernel {
                             s.o.data() + int64_t(c) * BM, true);
         }
       }
-      store_tile(p, s, g, q0, rows, head);
+      store_tile(p, s, g, item, r0, q0, rows, head);
     }
   }
 
@@ -258,21 +296,21 @@ class FlashKernel {
     }
   }
 
-  // out[i][c] = Oᵀ[c][i] / l[i] for the tile's rows; lse[i] = ln(2) · (m[i] + log2 l[i]).
-  static void store_tile(const AttentionParams& p, Scratch& s, const Span& g, int64_t q0, int rows,
-                         int head) {
-    float* staging = s.row.data();  // BM x d_t, row-major
+  // out_rows[q0 - r0 + i][head] = Oᵀ[c][i] / l[i] for the tile's rows (W x W transposes);
+  // lse[i] = ln(2) · (m[i] + log2 l[i]).
+  static void store_tile(const AttentionParams& p, Scratch& s, const Span& g, const WorkItem& item,
+                         int64_t r0, int64_t q0, int rows, int head) {
+    const int64_t token_stride = int64_t(item.head_end - item.head_begin) * g.d_t;
+    float* first = s.out_rows.data() + (q0 - r0) * token_stride + int64_t(head - item.head_begin) * g.d_t;
     for (int c = 0; c < g.d_t; c += W)
       for (int i = 0; i < BM; i += W)
-        Ops::transpose(s.o.data() + int64_t(c) * BM + i, BM, staging + int64_t(i) * g.d_t + c, g.d_t);
+        Ops::transpose(s.o.data() + int64_t(c) * BM + i, BM, first + i * token_stride + c, token_stride);
     for (int i = 0; i < rows; ++i) {
-      float* row = staging + int64_t(i) * g.d_t;
+      float* row = first + i * token_stride;
       const V inv = Ops::set1(1.0f / s.l[i]);
       for (int c = 0; c < g.d_t; c += W) Ops::store(row + c, Ops::mul(Ops::load(row + c), inv));
-      const int64_t token = g.start + q0 + i;
-      store_row(p.out, p.dtype, token * p.out_token_stride + head * p.out_head_stride, row, p.head_dim);
       if (p.lse) {
-        p.lse[head * p.lse_head_stride + token * p.lse_token_stride] =
+        p.lse[head * p.lse_head_stride + (g.start + q0 + i) * p.lse_token_stride] =
             float((double(s.m[i]) + std::log2(double(s.l[i]))) * 0.6931471805599453);
       }
     }

@@ -8,15 +8,9 @@
 // CPU has AMX and the OS granted this process the tile state (cpu_backend.cpp).
 #include "backends/cpu/kernel_prelude.h"
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-// GCC 12 warns about the deliberately undefined lanes of its own AVX-512 intrinsics.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c")
-#endif
+#include "backends/cpu/target.h"
+
+VISATTN_TARGET_BEGIN("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c")
 
 #define VISATTN_CPU_ISA amx
 #include "backends/cpu/ops_avx512.h"
@@ -357,8 +351,4 @@ void run_amx(const AttentionParams& p, int threads) {
 
 }  // namespace visattn::cpu
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+VISATTN_TARGET_END

@@ -2,12 +2,9 @@
 // code is compiled for AVX2 (see kernel_prelude.h); it runs only when the CPU has AVX2 and FMA.
 #include "backends/cpu/kernel_prelude.h"
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
-#endif
+#include "backends/cpu/target.h"
+
+VISATTN_TARGET_BEGIN("avx2,fma,f16c")
 
 #define VISATTN_CPU_ISA avx2
 #include "backends/cpu/ops_avx2.h"
@@ -21,8 +18,4 @@ void run_avx2(const AttentionParams& p, int threads) {
 
 }  // namespace visattn::cpu
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+VISATTN_TARGET_END

@@ -2,15 +2,9 @@
 // is compiled for AVX-512 (see kernel_prelude.h); it runs only when the CPU has it.
 #include "backends/cpu/kernel_prelude.h"
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-// GCC 12 warns about the deliberately undefined lanes of its own AVX-512 intrinsics.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")
-#endif
+#include "backends/cpu/target.h"
+
+VISATTN_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")
 
 #define VISATTN_CPU_ISA avx512
 #include "backends/cpu/ops_avx512.h"
@@ -24,8 +18,4 @@ void run_avx512(const AttentionParams& p, int threads) {
 
 }  // namespace visattn::cpu
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+VISATTN_TARGET_END

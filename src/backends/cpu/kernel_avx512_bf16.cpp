@@ -4,15 +4,9 @@
 // pair adjacent keys. P is rounded to bf16 before P·V, as in every flash kernel.
 #include "backends/cpu/kernel_prelude.h"
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-// GCC 12 warns about the deliberately undefined lanes of its own AVX-512 intrinsics.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c")
-#endif
+#include "backends/cpu/target.h"
+
+VISATTN_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c")
 
 #define VISATTN_CPU_ISA avx512_bf16
 #include "backends/cpu/ops_avx512.h"
@@ -34,9 +28,10 @@ struct Bf16PairMma {
     return static_cast<const uint16_t*>(base) + offset;
   }
 
+  static constexpr bool kStagedQ = false;  // reads q straight from the tensor, as bf16
   // qa[c/2][i] = (Q[i][c], Q[i][c+1]).
   static void pack_q(const AttentionParams& p, int64_t token, int rows, int head, int bm,
-                     int d_pad, float*, Elem* qa) {
+                     int d_pad, const float*, Elem* qa) {
     std::fill(qa, qa + int64_t(d_pad / 2) * bm, 0u);
     for (int i = 0; i < rows; ++i) {
       const uint16_t* q = row(p.q, (token + i) * p.q_token_stride + head * p.q_head_stride);
@@ -91,8 +86,4 @@ void run_avx512_bf16(const AttentionParams& p, int threads) {
 
 }  // namespace visattn::cpu
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+VISATTN_TARGET_END
