@@ -1,5 +1,6 @@
 # visattn: `make test` and `make bench` install what is missing, configure, build and run.
-#   make test       build and run every test (GoogleTest, the CLI, `visattn check`)
+#   make test       build and run every test (GoogleTest, the CLI, `visattn check`, pytest)
+#   make python     pip install the Python package (visattn) from this tree
 #   make bench      `visattn check`, then `visattn bench` on the best backend here
 #   make sanitize   build and run the tests under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make fuzz       build the libFuzzer target with clang and run it for FUZZ_SECONDS
@@ -17,6 +18,8 @@ WORKLOADS    ?= ../shared/workloads.json
 DEBIAN_PACKAGES := cmake ninja-build g++ python3 googletest libgtest-dev libcli11-dev \
                    nlohmann-json3-dev libopenblas-dev
 FUZZ_PACKAGES   := clang libclang-rt-dev
+PYTHON          ?= python3
+PY_PACKAGES     := scikit-build-core nanobind numpy ml_dtypes pytest
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Installs the Debian packages in $(1) that are not installed yet.
@@ -30,7 +33,7 @@ define apt_install
 	fi
 endef
 
-.PHONY: all deps build test bench sanitize fuzz clean
+.PHONY: all deps build test python bench sanitize fuzz clean
 all: build
 
 deps:
@@ -42,8 +45,14 @@ $(BUILD)/build.ninja: | deps
 build: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
 
-test: build
+test: build python
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	$(PYTHON) -m pytest -q python/tests
+
+# Installs the build requirements once, then builds the extension with them (no isolated env).
+python: deps
+	$(PYTHON) -m pip install -q $(PY_PACKAGES)
+	$(PYTHON) -m pip install -q --no-build-isolation .
 
 bench: build
 	$(BUILD)/visattn info
@@ -68,4 +77,4 @@ fuzz: deps
 	  -print_final_stats=1 -artifact_prefix=$(BUILD)-fuzz/ $(BUILD)-fuzz/corpus
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-sanitize $(BUILD)-fuzz
+	rm -rf $(BUILD) $(BUILD)-sanitize $(BUILD)-fuzz build-python
