@@ -198,8 +198,15 @@ int run_bench(const BenchOptions& options) {
   std::fprintf(stderr, "visattn bench: %zu workloads from %s, backends:", suite.size(), file.c_str());
   for (const auto& n : names) std::fprintf(stderr, " %s", n.c_str());
   std::fprintf(stderr, "\n  measuring the sgemm ceiling (OpenBLAS, %d threads)...\n", threads);
-  const double sgemm_gflops = measure_sgemm_gflops(2048, threads);
-  std::fprintf(stderr, "  sgemm: %.1f GFLOP/s\n", sgemm_gflops);
+  const std::optional<double> sgemm = measure_sgemm_gflops(2048, threads);
+  if (sgemm) {
+    std::fprintf(stderr, "  sgemm: %.1f GFLOP/s\n", *sgemm);
+  } else {
+    std::fprintf(stderr, "  sgemm: not measured (built without OpenBLAS)\n");
+  }
+  // Ratio to the ceiling, NaN without one (printed as nan, written as null).
+  const double sgemm_gflops = sgemm.value_or(NAN);
+  auto ratio = [&](double tflops) { return tflops * 1e3 / sgemm_gflops; };
 
   std::vector<Result> results;
   std::mt19937_64 rng(1);
@@ -223,8 +230,7 @@ int run_bench(const BenchOptions& options) {
         std::fprintf(stderr, "  [%zu/%zu] %-24s %-10s %-4s %5zu images %7lld tokens %10.3f ms "
                      "%9.4f TFLOP/s (%.3f x sgemm)\n", results.size(), total, full.name.c_str(),
                      backend.c_str(), dtype_name(dtype), w.seqlens.size(),
-                     static_cast<long long>(w.tokens()), r.ms, r.tflops,
-                     r.tflops * 1e3 / sgemm_gflops);
+                     static_cast<long long>(w.tokens()), r.ms, r.tflops, ratio(r.tflops));
       }
     }
   }
@@ -235,20 +241,21 @@ int run_bench(const BenchOptions& options) {
     std::printf("%-24s %-10s %-5s %6zu %8lld %6.3g %11.3f %9.4f %9.3f %10s\n", r.workload.c_str(),
                 r.backend.c_str(), dtype_name(r.dtype), r.shape.seqlens.size(),
                 static_cast<long long>(r.shape.tokens()), r.scale, r.ms, r.tflops,
-                r.tflops * 1e3 / sgemm_gflops,
-                r.max_abs_err ? std::to_string(*r.max_abs_err).c_str() : "-");
+                ratio(r.tflops), r.max_abs_err ? std::to_string(*r.max_abs_err).c_str() : "-");
   }
 
   if (!options.json_file.empty()) {
     nlohmann::json doc = {{"machine", machine_json()},
-                          {"ceilings", {{"sgemm_gflops", sgemm_gflops}, {"gemm_bf16_tflops", nullptr}}},
+                          {"ceilings", {{"sgemm_gflops", sgemm ? nlohmann::json(*sgemm) : nlohmann::json(nullptr)},
+                                        {"gemm_bf16_tflops", nullptr}}},
                           {"results", nlohmann::json::array()}};
     for (const Result& r : results) {
       doc["results"].push_back({{"workload", r.workload}, {"backend", r.backend},
                                 {"dtype", dtype_name(r.dtype)}, {"heads", r.shape.heads},
                                 {"head_dim", r.shape.head_dim}, {"images", r.shape.seqlens.size()},
                                 {"tokens", r.shape.tokens()}, {"scale", r.scale}, {"ms", r.ms},
-                                {"tflops", r.tflops}, {"ratio_to_sgemm", r.tflops * 1e3 / sgemm_gflops},
+                                {"tflops", r.tflops},
+                                {"ratio_to_sgemm", sgemm ? nlohmann::json(ratio(r.tflops)) : nlohmann::json(nullptr)},
                                 {"max_abs_err", r.max_abs_err ? nlohmann::json(*r.max_abs_err)
                                                               : nlohmann::json(nullptr)}});
     }

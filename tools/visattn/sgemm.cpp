@@ -1,6 +1,8 @@
 #include "sgemm.h"
 
+#if VISATTN_HAVE_OPENBLAS
 #include <cblas.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -8,7 +10,11 @@
 
 namespace visattn::cli {
 
-double measure_sgemm_gflops(int n, int threads) {
+std::optional<double> measure_sgemm_gflops(int n, int threads) {
+#if !VISATTN_HAVE_OPENBLAS
+  (void)n, (void)threads;
+  return std::nullopt;
+#else
   openblas_set_num_threads(threads);
   std::vector<float> a(size_t(n) * n, 0.5f), b(size_t(n) * n, 0.25f), c(size_t(n) * n);
   std::vector<double> seconds;
@@ -22,6 +28,7 @@ double measure_sgemm_gflops(int n, int threads) {
   }
   std::nth_element(seconds.begin(), seconds.begin() + 4, seconds.end());
   return 2.0 * n * n * double(n) / seconds[4] / 1e9;  // the median of 9
+#endif
 }
 
 }  // namespace visattn::cli

@@ -1,0 +1,78 @@
+"""torch tensors through DLPack: dtypes, strided views of a fused qkv, cu_seqlens tensors, the
+torch custom op and torch.compile. Skipped where torch is not installed (the build machine);
+CUDA cases run where a CUDA backend is available."""
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+
+import visattn  # noqa: E402
+
+CAPS = {torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2}  # src/check/tolerance.cpp
+CUDA = torch.cuda.is_available() and any(
+    b["device"] == "cuda" and b["available"] for b in visattn.backends())
+DEVICES = ["cpu"] + (["cuda"] if CUDA else [])
+
+
+def sdpa_per_image(q, k, v, cu):
+    """torch's own attention, one image at a time, in fp64 on the CPU."""
+    out = torch.zeros_like(q, dtype=torch.float64, device="cpu")
+    for s, e in zip(cu[:-1], cu[1:]):
+        if s == e:
+            continue
+        qi, ki, vi = (x[s:e].double().cpu().transpose(0, 1) for x in (q, k, v))
+        out[s:e] = F.scaled_dot_product_attention(qi, ki, vi).transpose(0, 1)
+    return out
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", list(CAPS), ids=str)
+@pytest.mark.parametrize("dim", [64, 72, 80, 128])
+def test_fused_qkv_views_match_sdpa(device, dtype, dim):
+    torch.manual_seed(dim)
+    lengths = [0, 33, 1, 64, 0, 129]
+    cu = [0]
+    for n in lengths:
+        cu.append(cu[-1] + n)
+    qkv = torch.randn(cu[-1], 3, 4, dim, dtype=dtype, device=device)
+    q, k, v = qkv.unbind(1)  # strided views, no copy
+    out = visattn.flash_attn_varlen_func(q, k, v, torch.tensor(cu, dtype=torch.int32, device=device),
+                                         torch.tensor(cu, dtype=torch.int32, device=device),
+                                         max(lengths), max(lengths))
+    assert out.dtype == dtype and out.device.type == device
+    error = (out.double().cpu() - sdpa_per_image(q, k, v, cu)).abs().max().item()
+    assert error <= CAPS[dtype], error
+
+
+@pytest.mark.parametrize("form", ["int32", "int64", "list", "cuda_graph_list"])
+def test_cu_seqlens_tensor_forms(form):
+    q, k, v = torch.randn(3, 40, 2, 32, dtype=torch.bfloat16).unbind(0)
+    cu = [0, 10, 40]
+    expected = visattn.attention(q, k, v, cu)
+    given = {"int32": torch.tensor(cu, dtype=torch.int32),
+             "int64": torch.tensor(cu, dtype=torch.int64),
+             "list": cu,
+             "cuda_graph_list": [torch.tensor(cu, dtype=torch.int32), [10, 30], 30]}[form]
+    assert torch.equal(visattn.attention(q, k, v, given), expected)
+
+
+def test_float_cu_seqlens_is_a_type_error():
+    q = torch.randn(5, 2, 32)
+    with pytest.raises(TypeError, match="cu_seqlens: must hold integers"):
+        visattn.attention(q, q, q, torch.tensor([0.0, 5.0]))
+
+
+def test_custom_op_and_compile():
+    q, k, v = torch.randn(3, 50, 4, 64).unbind(0)
+    cu = torch.tensor([0, 20, 50], dtype=torch.int32)
+    expected = visattn.attention(q, k, v, cu)
+    assert torch.equal(torch.ops.visattn.varlen_attention(q, k, v, cu), expected)
+
+    def layer(q, k, v, cu):
+        return torch.ops.visattn.varlen_attention(q * 1.0, k, v, cu) + 0.0
+
+    compiled = torch.compile(layer, fullgraph=True)
+    assert torch.allclose(compiled(q, k, v, cu), expected)

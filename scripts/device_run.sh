@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: build, test and bench in one go, logs and JSON under $OUT.
+# The GPU machine reaches no package registry: CLI11, nlohmann-json and GoogleTest travel as
+# Debian packages in .deps/ (fetched by scripts/fetch_device_deps.sh), unpacked into a prefix.
+# OpenBLAS does not travel: the bench there reports no sgemm ceiling.
+set -uo pipefail
+OUT=${OUT:-/tmp/visattn-out}
+mkdir -p "$OUT"
+log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
+
+prefix=/tmp/visattn-deps
+mkdir -p "$prefix"
+for deb in .deps/*.deb; do
+  dpkg -x "$deb" "$prefix" 2>/dev/null || (cd "$prefix" && ar p "$OLDPWD/$deb" data.tar.xz | tar -xJ)
+done
+export CMAKE_PREFIX_PATH="$prefix/usr:${CMAKE_PREFIX_PATH:-}"
+
+log "machine"; { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nvcc --version | tail -1;
+  python3 -c "import torch; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version())"; lscpu | grep 'Model name'; } 2>&1 | tee -a "$OUT/summary.txt"
+
+log "build"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release > "$OUT/build.log" 2>&1 && \
+  cmake --build build -j "$(nproc)" >> "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+build/visattn info | tee -a "$OUT/summary.txt"
+
+log "ctest"
+(cd build && ctest -j "$(nproc)" --output-on-failure > "$OUT/ctest.log" 2>&1); tail -3 "$OUT/ctest.log" | tee -a "$OUT/summary.txt"
+
+log "python"
+python3 -m pip install -q --no-build-isolation --no-deps . > "$OUT/pip.log" 2>&1 || tail -20 "$OUT/pip.log"
+python3 -m pytest -q python/tests > "$OUT/pytest.log" 2>&1; tail -5 "$OUT/pytest.log" | tee -a "$OUT/summary.txt"
+
+log "bench (cpu backend on this host's CPU)"
+build/visattn bench --backend cpu --workloads bench/cpu_bars_workloads.json --scale 0.1 \
+  --dtype f32,bf16 --json "$OUT/bench_cpu.json" 2>&1 | tail -8 | tee -a "$OUT/summary.txt"

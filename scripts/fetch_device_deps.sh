@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Fetches the Debian packages the GPU machine lacks (CLI11, nlohmann-json: headers; GoogleTest:
+# a static library) into .deps/ (ignored by git, carried by the
+# device tool). Run here, where apt reaches its registry.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p .deps
+rm -f .deps/*.deb
+(cd .deps && apt-get download libcli11-dev nlohmann-json3-dev libgtest-dev)
+ls .deps
