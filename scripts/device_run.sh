@@ -14,6 +14,7 @@ for deb in .deps/*.deb; do
   dpkg -x "$deb" "$prefix" 2>/dev/null || (cd "$prefix" && ar p "$OLDPWD/$deb" data.tar.xz | tar -xJ)
 done
 export CMAKE_PREFIX_PATH="$prefix/usr:${CMAKE_PREFIX_PATH:-}"
+export GTest_DIR="$prefix/usr/lib/x86_64-linux-gnu/cmake/GTest"
 
 log "machine"; { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nvcc --version | tail -1;
   python3 -c "import torch; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version())"; lscpu | grep 'Model name'; } 2>&1 | tee -a "$OUT/summary.txt"
