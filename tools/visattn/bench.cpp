@@ -176,11 +176,6 @@ nlohmann::json machine_json() {
 }  // namespace
 
 int run_bench(const BenchOptions& options) {
-  const std::string file =
-      options.workloads_file.empty() ? default_workloads_file() : options.workloads_file;
-  const std::vector<Workload> suite = load_workloads(file);
-  const std::vector<DType> dtypes = parse_dtypes(options.dtypes);
-  const std::vector<std::string> names = pick_backends(options.backend);
   double fixed_scale = 1.0;
   if (options.scale != "auto") {
     try {
@@ -194,6 +189,11 @@ int run_bench(const BenchOptions& options) {
     }
   }
 
+  const std::string file =
+      options.workloads_file.empty() ? default_workloads_file() : options.workloads_file;
+  const std::vector<Workload> suite = load_workloads(file);
+  const std::vector<DType> dtypes = parse_dtypes(options.dtypes);
+  const std::vector<std::string> names = pick_backends(options.backend);
   const int threads = system_info().num_threads;
   std::fprintf(stderr, "visattn bench: %zu workloads from %s, backends:", suite.size(), file.c_str());
   for (const auto& n : names) std::fprintf(stderr, " %s", n.c_str());
