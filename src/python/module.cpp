@@ -1,12 +1,6 @@
 // The Python extension `visattn._visattn`: nanobind bindings that only fill the C++ structs.
 // Arrays cross by DLPack (torch, numpy, cupy, jax), zero-copy. Argument forms (lists, 0-d
 // tensors, the SGLang list form, ml_dtypes bf16) are normalized in python/visattn.
-//
-// Some toolchains link libstdc++ statically into the module (seen: the GPU machine's /opt/gcc
-// wrapper). With GCC 13 the iostream/locale initialization is then only linked in where a TU
-// includes <iostream>; without it the first std::ostringstream (every error message) crashes.
-#include <iostream>  // see below: keeps a statically linked libstdc++'s stream init in the module
-
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
