@@ -9,6 +9,7 @@
 BUILD        ?= build
 BUILD_TYPE   ?= Release
 JOBS         ?= $(shell nproc)
+CUDA_ARCHS   ?=
 BENCH_SCALE  ?= auto
 BENCH_BUDGET ?= 60
 BENCH_JSON   ?= $(BUILD)/bench.json
@@ -40,7 +41,8 @@ deps:
 	$(call apt_install,$(DEBIAN_PACKAGES))
 
 $(BUILD)/build.ninja: | deps
-	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+	  $(if $(CUDA_ARCHS),-DVISATTN_CUDA_ARCHITECTURES="$(CUDA_ARCHS)")
 
 build: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
@@ -52,7 +54,8 @@ test: build python
 # Installs the build requirements once, then builds the extension with them (no isolated env).
 python: deps
 	$(PYTHON) -m pip install -q $(PY_PACKAGES)
-	$(PYTHON) -m pip install -q --no-build-isolation .
+	$(PYTHON) -m pip install -q --no-build-isolation \
+	  $(if $(CUDA_ARCHS),--config-settings=cmake.define.VISATTN_CUDA_ARCHITECTURES="$(CUDA_ARCHS)") .
 
 bench: build
 	$(BUILD)/visattn info
@@ -62,14 +65,14 @@ bench: build
 
 sanitize: deps
 	cmake -S . -B $(BUILD)-sanitize -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  -DVISATTN_SANITIZE=address,undefined
+	  -DVISATTN_SANITIZE=address,undefined -DVISATTN_CUDA=OFF
 	cmake --build $(BUILD)-sanitize -j $(JOBS)
 	cd $(BUILD)-sanitize && ctest --output-on-failure -j $(JOBS)
 
 fuzz: deps
 	$(call apt_install,$(FUZZ_PACKAGES))
 	CC=clang CXX=clang++ cmake -S . -B $(BUILD)-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  -DVISATTN_FUZZ=ON -DVISATTN_SANITIZE=address,undefined -DVISATTN_BUILD_TOOLS=OFF \
+	  -DVISATTN_FUZZ=ON -DVISATTN_SANITIZE=address,undefined -DVISATTN_BUILD_TOOLS=OFF -DVISATTN_CUDA=OFF \
 	  -DVISATTN_BUILD_TESTS=ON
 	cmake --build $(BUILD)-fuzz -j $(JOBS) --target fuzz_attention_args
 	mkdir -p $(BUILD)-fuzz/corpus

@@ -20,15 +20,26 @@ log "machine"; { nvidia-smi --query-gpu=name,driver_version,memory.total --forma
   python3 -c "import torch; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version())"; lscpu | grep 'Model name'; } 2>&1 | tee -a "$OUT/summary.txt"
 
 log "build"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release > "$OUT/build.log" 2>&1 && \
+ARCHS=${ARCHS:-90-real}  # the H200; CI and `make` build every architecture
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DVISATTN_CUDA_ARCHITECTURES="$ARCHS" > "$OUT/build.log" 2>&1 && \
   cmake --build build -j "$(nproc)" >> "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 build/visattn info | tee -a "$OUT/summary.txt"
 
 log "ctest"
 (cd build && ctest -j "$(nproc)" --output-on-failure > "$OUT/ctest.log" 2>&1); tail -3 "$OUT/ctest.log" | tee -a "$OUT/summary.txt"
 
+log "check cuda"
+build/visattn check --backend cuda --cases 500 > "$OUT/check_cuda.log" 2>&1; grep -E "FAIL|reproduce" "$OUT/check_cuda.log" | head -10; tail -4 "$OUT/check_cuda.log" | tee -a "$OUT/summary.txt"
+
+log "compute-sanitizer (memcheck, racecheck) on a reduced suite"
+for tool in memcheck racecheck; do
+  compute-sanitizer --tool $tool --error-exitcode 9 build/visattn check --backend cuda --cases 12 --seed 3 \
+    > "$OUT/sanitizer_$tool.log" 2>&1; echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.log" | tail -1)" | tee -a "$OUT/summary.txt"
+done
+
 log "python"
-python3 -m pip install -q --no-build-isolation --no-deps . > "$OUT/pip.log" 2>&1 || tail -20 "$OUT/pip.log"
+python3 -m pip install -q --no-build-isolation --no-deps \
+  --config-settings=cmake.define.VISATTN_CUDA_ARCHITECTURES="$ARCHS" . > "$OUT/pip.log" 2>&1 || tail -20 "$OUT/pip.log"
 python3 -m pytest -q python/tests > "$OUT/pytest.log" 2>&1; tail -5 "$OUT/pytest.log" | tee -a "$OUT/summary.txt"
 
 log "bench (cpu backend on this host's CPU)"

@@ -26,6 +26,8 @@ struct AttentionOptions {
   std::optional<TensorView> lse;
   // Threads of CPU backends; 0: VISATTN_NUM_THREADS, else OMP_NUM_THREADS, else every core.
   int num_threads = 0;
+  // CUDA backends: the cudaStream_t to run on; null means the default stream.
+  void* cuda_stream = nullptr;
 };
 
 // Softmax attention within each image of `batch`, non-causal:
@@ -45,7 +47,8 @@ struct BackendInfo {
   bool available;                // built in and usable on this machine
   std::string unavailable_reason;  // empty when available
   std::vector<DType> dtypes;     // dtypes it runs
-  std::vector<int> head_dims;    // head dims it runs; empty means any
+  std::vector<int> head_dims;    // head dims it runs; empty means any up to max_head_dim
+  int max_head_dim;              // 0: no limit
   std::string detail;            // what runs on this machine (e.g. the SIMD path)
 };
 

@@ -40,7 +40,8 @@ struct AttentionParams {
   float* lse;          // [num_heads, total_tokens] natural-log denominators, or null
   int64_t lse_head_stride, lse_token_stride;
 
-  int num_threads;  // CPU backends: threads to use; 0 means the default
+  int num_threads;    // CPU backends: threads to use; 0 means the default
+  void* cuda_stream;  // CUDA backends: cudaStream_t, null for the default stream
 };
 
 }  // namespace visattn

@@ -16,7 +16,7 @@ enum class DeviceType { cpu, cuda };
 struct Device {
   DeviceType type = DeviceType::cpu;
   int index = 0;  // GPU ordinal; 0 for the CPU
-  bool operator==(const Device&) const = default;
+  bool operator==(const Device& other) const { return type == other.type && index == other.index; }
 };
 
 std::string device_name(Device device);  // "cpu", "cuda:1"

@@ -101,7 +101,7 @@ def attention(q, k, v, cu_seqlens=None, *, batch=None, max_seqlen=None, softmax_
     _C.attention(*arrays, batch._batch, None if softmax_scale is None else float(softmax_scale),
                  int(left), int(right),
                  None if sinks is None else _arrays.float32(sinks, "sinks"), lse, backend,
-                 int(num_threads), _arrays.dtype_override(q, k, v, out))
+                 int(num_threads), _arrays.dtype_override(q, k, v, out), _arrays.cuda_stream(q))
     return (out, lse) if return_lse else out
 
 

@@ -48,6 +48,17 @@ def empty(like, shape, dtype=None):
                     "pass out= (and lse via return_lse with torch, numpy or cupy inputs)")
 
 
+def cuda_stream(x):
+    """The framework's current CUDA stream for x's device (0: the default stream, or a CPU array)."""
+    if is_torch(x) and x.is_cuda:
+        import torch
+        return torch.cuda.current_stream(x.device).cuda_stream
+    if is_cupy(x):
+        import cupy
+        return cupy.cuda.get_current_stream().ptr
+    return 0
+
+
 def float32(x, name):
     """x as a contiguous float32 array of its own framework and device."""
     if is_torch(x):

@@ -1,19 +1,56 @@
 #include "check/run_case.h"
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 #include <sstream>
 
 #include "check/case_data.h"
+#include "check/device_case.h"
 #include "check/oracle.h"
 #include "visattn/error.h"
 
 namespace visattn::check {
 
+namespace {
+// The named backend ("auto" checks the CPU's choice); null if unknown.
+std::optional<BackendInfo> find_backend(std::string_view backend) {
+  const std::string name = backend == "auto" ? auto_backend(DeviceType::cpu) : std::string(backend);
+  for (BackendInfo& b : backends()) {
+    if (b.name == name) return std::move(b);
+  }
+  return std::nullopt;
+}
+
+DeviceType backend_device(std::string_view backend) {
+  const auto b = find_backend(backend);
+  return b ? b->device : DeviceType::cpu;
+}
+}  // namespace
+
+std::string unsupported_by(std::string_view backend, const CaseSpec& spec) {
+  const auto b = find_backend(backend);
+  if (!b) return {};  // unknown names fail in attention() with the proper message
+  if (std::find(b->dtypes.begin(), b->dtypes.end(), spec.dtype) == b->dtypes.end()) {
+    return std::string("dtype ") + dtype_name(spec.dtype);
+  }
+  if (b->max_head_dim > 0 && spec.head_dim > b->max_head_dim) {
+    return "head_dim " + std::to_string(spec.head_dim);
+  }
+  return {};
+}
+
 CaseResult run_case(const CaseSpec& spec, std::string_view backend) {
   CaseResult result{spec, {}};
   CaseData data = make_case_data(spec);
   try {
-    attention(data.q, data.k, data.v, data.out, data.batch, data.options, backend);
+    if (backend_device(backend) == DeviceType::cuda) {
+      const DeviceCase device(data, 0);
+      attention(device.q, device.k, device.v, device.out, data.batch, device.options, backend);
+      device.copy_outputs_to(data);
+    } else {
+      attention(data.q, data.k, data.v, data.out, data.batch, data.options, backend);
+    }
   } catch (const Error& e) {
     result.verdict.passed = false;
     result.verdict.failure = std::string("backend raised: ") + e.what();

@@ -19,6 +19,9 @@ struct CaseResult {
 // backend failure: that becomes a failed verdict.
 CaseResult run_case(const CaseSpec& spec, std::string_view backend);
 
+// Why `backend` cannot run this case (a dtype or head dim it does not support), or empty.
+std::string unsupported_by(std::string_view backend, const CaseSpec& spec);
+
 // The command line that reruns exactly this case.
 std::string reproduce_command(const CaseSpec& spec, std::string_view backend);
 

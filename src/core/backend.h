@@ -15,7 +15,8 @@ struct Backend {
   DeviceType device;
   int auto_priority;           // "auto" picks the highest that is available and supports the call
   std::vector<DType> dtypes;   // dtypes it runs
-  std::vector<int> head_dims;  // head dims it runs; empty means any
+  std::vector<int> head_dims;  // head dims it runs; empty means any up to max_head_dim
+  int max_head_dim;            // 0: no limit
   // Empty when the backend can run on this machine; otherwise why not.
   std::string (*unavailable_reason)();
   // What runs on this machine (e.g. the SIMD path); may be null.

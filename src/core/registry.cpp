@@ -2,6 +2,9 @@
 #include <sstream>
 
 #include "backends/cpu/cpu_backend.h"
+#if VISATTN_WITH_CUDA
+#include "backends/cuda/cuda_backend.h"
+#endif
 #include "backends/reference/reference.h"
 #include "core/backend.h"
 #include "core/error_message.h"
@@ -37,6 +40,9 @@ std::string unsupported_reason(const Backend& backend, const AttentionParams& p)
     os << ")";
     return os.str();
   }
+  if (backend.max_head_dim > 0 && p.head_dim > backend.max_head_dim) {
+    return concat("head_dim ", p.head_dim, " is not supported (at most ", backend.max_head_dim, ")");
+  }
   if (!backend.head_dims.empty() &&
       std::find(backend.head_dims.begin(), backend.head_dims.end(), p.head_dim) ==
           backend.head_dims.end()) {
@@ -54,10 +60,14 @@ std::string unsupported_reason(const Backend& backend, const AttentionParams& p)
 const std::vector<Backend>& backend_table() {
   static const std::vector<Backend> table = {
       {"reference", "plain loops, fp64 accumulation; the test oracle", DeviceType::cpu, 0,
-       {DType::f32, DType::f16, DType::bf16}, {}, always_available, nullptr, reference::run},
+       {DType::f32, DType::f16, DType::bf16}, {}, 0, always_available, nullptr, reference::run},
       {"cpu", "flash-style tiles, online softmax, SIMD by runtime dispatch, cost-balanced threads",
-       DeviceType::cpu, 10, {DType::f32, DType::f16, DType::bf16}, {}, always_available,
+       DeviceType::cpu, 10, {DType::f32, DType::f16, DType::bf16}, {}, 0, always_available,
        cpu::describe_paths, cpu::run},
+#if VISATTN_WITH_CUDA
+      {"cuda", "one-launch varlen flash attention on tensor cores (sm80+)", DeviceType::cuda, 10,
+       {DType::f16, DType::bf16}, {}, 256, cuda::unavailable_reason, cuda::describe, cuda::run},
+#endif
   };
   return table;
 }
@@ -116,7 +126,8 @@ std::vector<BackendInfo> backends() {
   for (const Backend& b : backend_table()) {
     std::string reason = b.unavailable_reason();
     result.push_back({b.name, b.description, b.device, reason.empty(), std::move(reason),
-                      b.dtypes, b.head_dims, b.detail ? b.detail() : std::string()});
+                      b.dtypes, b.head_dims, b.max_head_dim,
+                      b.detail && reason.empty() ? b.detail() : std::string()});
   }
   return result;
 }

@@ -3,6 +3,9 @@
 #include <sstream>
 
 #include "core/parallel.h"
+#if VISATTN_WITH_CUDA
+#include "backends/cuda/cuda_backend.h"
+#endif
 #include "visattn/visattn.h"
 
 namespace visattn {
@@ -44,6 +47,10 @@ SystemInfo system_info() {
   info.sanitizers = VISATTN_SANITIZERS;
   info.num_threads = default_num_threads();
   read_cpuinfo(info);
+#if VISATTN_WITH_CUDA
+  info.cuda_compiled = true;
+  info.gpus = cuda::gpu_names();
+#endif
   return info;
 }
 

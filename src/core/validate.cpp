@@ -297,6 +297,7 @@ AttentionParams validate_attention_args(const TensorView& q_view, const TensorVi
     p.lse_token_stride = options.lse->stride[1];
   }
   p.num_threads = options.num_threads;
+  p.cuda_stream = options.cuda_stream;
   return p;
 }
 

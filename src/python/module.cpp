@@ -60,12 +60,13 @@ void attention_binding(const Array& q, const Array& k, const Array& v, const Arr
                        const VarlenBatch& batch, std::optional<double> softmax_scale,
                        int64_t window_left, int64_t window_right, std::optional<Array> sinks,
                        std::optional<Array> lse, const std::string& backend, int num_threads,
-                       std::optional<std::string> dtype_override) {
+                       std::optional<std::string> dtype_override, uintptr_t cuda_stream) {
   AttentionOptions options;
   options.softmax_scale = softmax_scale;
   options.window_left = window_left;
   options.window_right = window_right;
   options.num_threads = num_threads;
+  options.cuda_stream = reinterpret_cast<void*>(cuda_stream);
   if (sinks) options.sinks = to_view(*sinks, "sinks", std::nullopt);
   if (lse) options.lse = to_view(*lse, "lse", std::nullopt);
   const TensorView qv = to_view(q, "q", dtype_override), kv = to_view(k, "k", dtype_override),
@@ -85,6 +86,7 @@ nb::dict backend_dict(const BackendInfo& b) {
   for (DType t : b.dtypes) dtypes.append(dtype_name(t));
   d["dtypes"] = dtypes;
   d["head_dims"] = b.head_dims;
+  d["max_head_dim"] = b.max_head_dim;
   d["detail"] = b.detail;
   return d;
 }
@@ -133,7 +135,7 @@ NB_MODULE(_visattn, m) {
   m.def("attention", &attention_binding, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"),
         nb::arg("batch"), nb::arg("softmax_scale").none(), nb::arg("window_left"),
         nb::arg("window_right"), nb::arg("sinks").none(), nb::arg("lse").none(), nb::arg("backend"),
-        nb::arg("num_threads"), nb::arg("dtype_override").none());
+        nb::arg("num_threads"), nb::arg("dtype_override").none(), nb::arg("cuda_stream"));
 
   m.def("backends", [] {
     nb::list result;

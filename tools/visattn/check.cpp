@@ -81,11 +81,17 @@ int run_check(const CheckOptions& options) {
   std::fflush(stdout);
 
   Coverage coverage;
-  int passed = 0, failed = 0;
+  int passed = 0, failed = 0, skipped = 0;
+  std::set<std::string> skip_reasons;
   const auto start = std::chrono::steady_clock::now();
   auto last_report = start;
   for (int index = first; index < last; ++index) {
     const check::CaseSpec spec = check::make_case(options.seed, index);
+    if (const std::string reason = check::unsupported_by(backend, spec); !reason.empty()) {
+      ++skipped;
+      skip_reasons.insert(reason);
+      continue;
+    }
     const check::CaseResult r = check::run_case(spec, backend);
     coverage.add(spec);
     if (r.verdict.passed) {
@@ -109,7 +115,14 @@ int run_check(const CheckOptions& options) {
     std::fflush(stdout);
   }
   std::printf("%s\n", coverage.summary().c_str());
-  std::printf("%d passed, %d failed\n", passed, failed);
+  if (skipped) {
+    std::string reasons;
+    for (const auto& r : skip_reasons) reasons += (reasons.empty() ? "" : ", ") + r;
+    std::printf("skipped: %d cases the backend does not support (%s)\n", skipped, reasons.c_str());
+    std::printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+  } else {
+    std::printf("%d passed, %d failed\n", passed, failed);
+  }
   return failed == 0 ? 0 : 1;
 }
 

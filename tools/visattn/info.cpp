@@ -18,6 +18,7 @@ nlohmann::json backend_json(const BackendInfo& b) {
           {"unavailable_reason", b.unavailable_reason},
           {"dtypes", dtypes},
           {"head_dims", b.head_dims},
+          {"max_head_dim", b.max_head_dim},
           {"detail", b.detail}};
 }
 
