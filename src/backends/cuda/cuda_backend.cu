@@ -83,7 +83,8 @@ std::vector<int4> build_schedule(const AttentionParams& p, int tile_rows) {
 template <typename T, int kHeadDimPad>
 void launch(const KernelParams& kp, int blocks, cudaStream_t stream) {
   using Config = TileConfig<kHeadDimPad>;
-  const size_t shared = Config::template shared_bytes<T>();
+  constexpr size_t shared = Config::template shared_bytes<T>();
+  static_assert(shared <= 99 * 1024, "the tiles must fit the shared memory of every sm80+ GPU");
   auto kernel = flash_fwd_kernel<T, kHeadDimPad>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)),
         "cudaFuncSetAttribute (shared memory)");

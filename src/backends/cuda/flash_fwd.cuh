@@ -34,11 +34,12 @@ struct KernelParams {
   int64_t lse_head_stride, lse_token_stride;
 };
 
-// Tile shape per padded head dim: 16 query rows per warp; BN keys per block.
+// Tile shape per padded head dim: 16 query rows per warp; BN keys per block. Sized so the
+// shared memory stays under the 99 KB that sm86/sm89 allow a block (A100/H100 allow more).
 template <int kHeadDimPad>
 struct TileConfig {
   static constexpr int kRows = kHeadDimPad <= 128 ? 64 : 32;  // query rows per block
-  static constexpr int kKeys = kHeadDimPad <= 128 ? 64 : 32;  // keys per block
+  static constexpr int kKeys = kHeadDimPad <= 80 ? 64 : 32;   // keys per block
   static constexpr int kWarps = kRows / 16;
   static_assert(kHeadDimPad % 16 == 0 && kHeadDimPad <= 256, "head dim tile");
   static_assert(kKeys % 16 == 0 && kRows % 16 == 0, "WMMA tiles are 16 x 16");
