@@ -82,9 +82,13 @@ const Backend& select_backend(std::string_view requested, const AttentionParams&
       }
     }
     if (!best) {
+      std::string why;  // what each backend of that device lacks
+      for (const Backend* b : available_for(p.device.type)) {
+        why += concat("; ", b->name, ": ", unsupported_reason(*b, p));
+      }
       fail(ErrorCode::backend_unavailable, "backend=auto: no backend available here runs ",
            dtype_name(p.dtype), " head_dim ", p.head_dim, " on ", device_name(p.device),
-           " (available for that device: ", list_names(available_for(p.device.type)), ")");
+           why.empty() ? " (none is available for that device)" : why);
     }
     if (debug_log_enabled()) {
       debug_log(concat("auto chose backend '", best->name, "' for ", device_name(p.device), " ",
