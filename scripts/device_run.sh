@@ -45,3 +45,6 @@ python3 -m pytest -q python/tests > "$OUT/pytest.log" 2>&1; tail -5 "$OUT/pytest
 log "bench (cpu backend on this host's CPU)"
 build/visattn bench --backend cpu --workloads bench/cpu_bars_workloads.json --scale 0.1 \
   --dtype f32,bf16 --json "$OUT/bench_cpu.json" 2>&1 | tail -8 | tee -a "$OUT/summary.txt"
+
+log "gpu first look (cuda backend beside torch, bf16)"
+PYTHONUNBUFFERED=1 python3 bench/gpu_first_look.py bench/public_workloads.json 2>&1 | tee "$OUT/gpu_first_look.txt" | tail -12
