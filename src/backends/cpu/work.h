@@ -41,7 +41,7 @@ inline bool block_unmasked(const AttentionParams& p, int64_t key, int64_t count,
          (p.window_right < 0 || key + count - 1 <= first_row + p.window_right);
 }
 
-// Kernels, one per instruction set; each runs `items` on `threads` threads.
+// Kernels, one per instruction set; each plans its items and runs them on `threads` threads.
 // amx and avx512_bf16 take bf16 inputs only; the others take every dtype and compute in fp32.
 void run_amx(const AttentionParams& p, int threads);
 void run_avx512_bf16(const AttentionParams& p, int threads);
