@@ -25,8 +25,6 @@ inline constexpr int kQueryVectors = 4;  // a query tile is 4 vectors of rows
 inline constexpr int kKeyBlock = 64;     // keys per block (BN)
 inline constexpr int kMicroRows = 4;     // rows r of the micro-kernel's register tile
 
-inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
 // fp32 products from any input dtype (converted while packing).
 template <class Ops>
 struct F32Mma {

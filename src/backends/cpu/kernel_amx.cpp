@@ -33,8 +33,6 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 8};
 };
 
-int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
 const uint16_t* bf16_row(const void* base, int64_t offset) {
   return static_cast<const uint16_t*>(base) + offset;
 }

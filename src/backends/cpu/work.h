@@ -23,6 +23,8 @@ struct WorkItem {
 // rows are read together, not once per scattered item); orders items largest cost first.
 std::vector<WorkItem> plan_work(const AttentionParams& p, int tile_rows, int threads);
 
+inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
 // Keys [begin, end) that query rows [row_begin, row_end) of an image of n tokens can see.
 struct KeyRange {
   int64_t begin, end;
