@@ -42,6 +42,7 @@ struct AttentionParams {
 
   int num_threads;    // CPU backends: threads to use; 0 means the default
   void* cuda_stream;  // CUDA backends: cudaStream_t, null for the default stream
+  const struct DeviceMetadata* prepared;  // the batch prepared for this device, or null
 };
 
 }  // namespace visattn

@@ -2,11 +2,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
 
 namespace visattn {
+
+struct Device;
+struct DeviceMetadata;  // a GPU backend's copy of a batch (defined by that backend)
 
 // Built once per image batch, reused by every attention layer of the encoder.
 // Image i owns tokens [cu_seqlens[i], cu_seqlens[i+1]). Zero-length images and an empty
@@ -45,6 +49,18 @@ class VarlenBatch {
   std::vector<int32_t> packed_indptrs(int64_t qk_token_stride, int64_t v_token_stride,
                                       int64_t o_token_stride) const;
 
+  // GPU backends: uploads cu_seqlens and the tile schedule to `device` once, into buffers
+  // sized by the batch's buckets. attention() on that device then copies nothing, allocates
+  // nothing and never synchronizes, so it can be captured in a CUDA graph. cuda_stream: the
+  // cudaStream_t of the upload (null: the default stream).
+  void prepare(const Device& device, void* cuda_stream = nullptr);
+  // Writes `other`'s images into this batch's prepared buffers, so a graph captured with this
+  // batch replays on `other` (q, k, v must hold other's tokens). Throws if other does not fit
+  // the prepared capacity (its bucket).
+  void update_device(const VarlenBatch& other, void* cuda_stream = nullptr);
+  // The prepared copy for `device`, or null.
+  const DeviceMetadata* device_metadata(const Device& device) const;
+
  private:
   VarlenBatch() = default;
   // Fills lengths and max_seqlen from already validated int32 offsets.
@@ -53,6 +69,7 @@ class VarlenBatch {
   std::vector<int32_t> cu_seqlens_{0};
   std::vector<int32_t> lengths_;
   int64_t max_seqlen_ = 0;
+  std::shared_ptr<DeviceMetadata> device_metadata_;  // shared by copies of the batch
 };
 
 }  // namespace visattn

@@ -67,6 +67,47 @@ def test_cuda_runs_on_the_current_stream():
     assert torch.equal(out, expected)
 
 
+@pytest.mark.skipif(not CUDA, reason="no CUDA backend here")
+def test_cuda_graph_capture_and_replay_with_new_image_sizes():
+    torch.manual_seed(5)
+    tokens, heads, dim = 300, 4, 80
+    q, k, v = (torch.randn(tokens, heads, dim, dtype=torch.bfloat16, device="cuda") for _ in range(3))
+    out = torch.empty_like(q)
+    batch = visattn.VarlenBatch([0, 100, 300]).prepare("cuda")
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up outside the graph, as torch recommends
+        visattn.attention(q, k, v, batch=batch, out=out)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        visattn.attention(q, k, v, batch=batch, out=out)
+
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, visattn.attention(q, k, v, [0, 100, 300]))
+
+    # Same tokens, other images (same bucket): rewrite the batch's GPU buffers, new inputs.
+    batch.update_device([0, 7, 7, 64, 250, 300])
+    for x in (q, k, v):
+        x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, visattn.attention(q, k, v, [0, 7, 7, 64, 250, 300]))
+
+
+@pytest.mark.skipif(not CUDA, reason="no CUDA backend here")
+def test_capturing_an_unprepared_batch_is_an_error():
+    q = torch.randn(16, 2, 64, dtype=torch.float16, device="cuda")
+    out = torch.empty_like(q)
+    visattn.attention(q, q, q, [0, 16], out=out)  # warm-up
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(ValueError, match="prepare"):
+        with torch.cuda.graph(graph):
+            visattn.attention(q, q, q, batch=visattn.VarlenBatch([0, 16]), out=out)
+
+
 @pytest.mark.parametrize("form", ["int32", "int64", "list", "cuda_graph_list"])
 def test_cu_seqlens_tensor_forms(form):
     q, k, v = torch.randn(3, 40, 2, 32, dtype=torch.bfloat16).unbind(0)

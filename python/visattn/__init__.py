@@ -51,6 +51,22 @@ class VarlenBatch:
     batch_bucket = property(lambda self: self._batch.batch_bucket)
     max_seqlen_bucket = property(lambda self: self._batch.max_seqlen_bucket)
 
+    def prepare(self, device="cuda", stream=None):
+        """Uploads the batch to a GPU once (cu_seqlens and tile schedule, in buffers sized by
+        its bucket): attention() on that device then does no copy and no sync, so it can be
+        captured in a CUDA graph. stream: a cudaStream_t as int (default: torch's current)."""
+        index = _arrays.cuda_device_index(device)
+        self._batch.prepare(index, _arrays.current_cuda_stream(index) if stream is None else int(stream))
+        return self
+
+    def update_device(self, other, stream=None):
+        """Writes `other`'s images into this prepared batch's GPU buffers, so a graph captured
+        with this batch replays on `other` (same bucket: it must fit the prepared capacity)."""
+        if not isinstance(other, VarlenBatch):
+            other = VarlenBatch(other)
+        self._batch.update_device(other._batch, 0 if stream is None else int(stream))
+        return self
+
     def element_offsets(self, token_stride, tensor_name="tensor"):
         return list(self._batch.element_offsets(int(token_stride), tensor_name))
 

@@ -59,6 +59,27 @@ def cuda_stream(x):
     return 0
 
 
+def cuda_device_index(device):
+    """The ordinal of a CUDA device given as "cuda", "cuda:1", an int or a torch.device."""
+    if isinstance(device, int) and not isinstance(device, bool):
+        return device
+    text = str(device)
+    if text == "cuda":
+        return 0
+    if text.startswith("cuda:") and text[5:].isdigit():
+        return int(text[5:])
+    raise ValueError(f"device: expected 'cuda', 'cuda:N', an int or a torch cuda device, got {device!r}")
+
+
+def current_cuda_stream(index):
+    """torch's current stream on device `index` when torch is loaded, else the default (0)."""
+    import sys
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        return torch.cuda.current_stream(index).cuda_stream
+    return 0
+
+
 def float32(x, name):
     """x as a contiguous float32 array of its own framework and device."""
     if is_torch(x):

@@ -298,6 +298,7 @@ AttentionParams validate_attention_args(const TensorView& q_view, const TensorVi
   }
   p.num_threads = options.num_threads;
   p.cuda_stream = options.cuda_stream;
+  p.prepared = batch.device_metadata(p.device);
   return p;
 }
 

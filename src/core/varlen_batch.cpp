@@ -2,7 +2,11 @@
 #include <limits>
 
 #include "core/error_message.h"
+#include "visattn/tensor.h"
 #include "visattn/varlen_batch.h"
+#if VISATTN_WITH_CUDA
+#include "backends/cuda/cuda_backend.h"
+#endif
 
 namespace visattn {
 
@@ -149,6 +153,43 @@ std::vector<int32_t> VarlenBatch::packed_indptrs(int64_t qk_token_stride, int64_
     packed.insert(packed.end(), offsets.begin(), offsets.end());
   }
   return packed;
+}
+
+void VarlenBatch::prepare(const Device& device, void* cuda_stream) {
+#if VISATTN_WITH_CUDA
+  if (device.type != DeviceType::cuda) {
+    fail(ErrorCode::invalid_value, "prepare: device ", device_name(device),
+         " needs no preparation; only cuda devices do");
+  }
+  device_metadata_ = cuda::prepare(*this, device.index, cuda_stream);
+#else
+  (void)cuda_stream;
+  fail(ErrorCode::backend_unavailable, "prepare: this build has no CUDA backend (device ",
+       device_name(device), ")");
+#endif
+}
+
+void VarlenBatch::update_device(const VarlenBatch& other, void* cuda_stream) {
+  if (!device_metadata_) {
+    fail(ErrorCode::invalid_value, "update_device: this batch was not prepared for a device");
+  }
+#if VISATTN_WITH_CUDA
+  cuda::update(*device_metadata_, other, cuda_stream);
+#else
+  (void)other, (void)cuda_stream;
+#endif
+}
+
+const DeviceMetadata* VarlenBatch::device_metadata(const Device& device) const {
+#if VISATTN_WITH_CUDA
+  if (device_metadata_ && cuda::metadata_device(*device_metadata_) == device.index &&
+      device.type == DeviceType::cuda) {
+    return device_metadata_.get();
+  }
+#else
+  (void)device;
+#endif
+  return nullptr;
 }
 
 }  // namespace visattn

@@ -127,6 +127,16 @@ NB_MODULE(_visattn, m) {
       .def_prop_ro("batch_bucket", &VarlenBatch::batch_bucket)
       .def_prop_ro("max_seqlen_bucket", &VarlenBatch::max_seqlen_bucket)
       .def("is_uniform", &VarlenBatch::is_uniform)
+      .def("prepare",
+           [](VarlenBatch& b, int device, uintptr_t stream) {
+             b.prepare(Device{DeviceType::cuda, device}, reinterpret_cast<void*>(stream));
+           },
+           nb::arg("device"), nb::arg("stream"))
+      .def("update_device",
+           [](VarlenBatch& b, const VarlenBatch& other, uintptr_t stream) {
+             b.update_device(other, reinterpret_cast<void*>(stream));
+           },
+           nb::arg("other"), nb::arg("stream"))
       .def("element_offsets", &VarlenBatch::element_offsets, nb::arg("token_stride"),
            nb::arg("tensor_name") = "tensor")
       .def("packed_indptrs", &VarlenBatch::packed_indptrs, nb::arg("qk_token_stride"),

@@ -2,12 +2,19 @@
 // every image and head of a batch.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "visattn/params.h"
+#include "visattn/varlen_batch.h"
 
 namespace visattn::cuda {
+
+// VarlenBatch::prepare / update_device for cuda devices.
+std::shared_ptr<DeviceMetadata> prepare(const VarlenBatch& batch, int device, void* stream);
+void update(DeviceMetadata& prepared, const VarlenBatch& batch, void* stream);
+int metadata_device(const DeviceMetadata& prepared);
 
 void run(const AttentionParams& params);
 std::string unavailable_reason();  // empty when a usable GPU is present

@@ -1,6 +1,6 @@
 // The CUDA backend's forward kernel (first version: correct on every sm80+ GPU, tensor cores
 // through WMMA, tiles staged in shared memory). One block owns one (image, head, query tile)
-// of the schedule; each warp owns 16 query rows of the tile and walks the key blocks the tile
+// of the schedule (the head is blockIdx.y); each warp owns 16 query rows of the tile and walks the key blocks the tile
 // can see with an online softmax in the log2 domain:
 //   S = Q·Kᵀ (WMMA, fp32 accumulate) -> scale, mask, running max/sum -> P (input dtype)
 //   O (fp32, shared) = O·alpha + P·V (WMMA)
@@ -13,26 +13,9 @@
 
 #include <cstdint>
 
-namespace visattn::cuda {
+#include "backends/cuda/flash_params.h"
 
-// What the kernel reads: AttentionParams in device terms.
-struct KernelParams {
-  const void* q;
-  const void* k;
-  const void* v;
-  void* out;
-  int64_t q_token_stride, q_head_stride, k_token_stride, k_head_stride;
-  int64_t v_token_stride, v_head_stride, out_token_stride, out_head_stride;
-  int num_heads, num_kv_heads, head_dim;
-  const int32_t* cu_seqlens;  // device, num_images + 1
-  const int4* schedule;       // device: (image, head, first query row, unused), heaviest first
-  float scale_log2;           // softmax_scale * log2(e)
-  int64_t window_left, window_right;
-  const float* sinks;  // device [num_heads] (stride sinks_stride) or null
-  int64_t sinks_stride;
-  float* lse;  // device [num_heads, tokens] or null
-  int64_t lse_head_stride, lse_token_stride;
-};
+namespace visattn::cuda {
 
 // Tile shape per padded head dim: 16 query rows per warp; BN keys per block. Sized so the
 // shared memory stays under the 99 KB that sm86/sm89 allow a block (A100/H100 allow more).
@@ -96,8 +79,9 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimPad>::kWarps * 32)
   float* row_max = o_tile + BM * D;
   float* row_sum = row_max + BM;
 
-  const int4 item = p.schedule[blockIdx.x];
-  const int image = item.x, head = item.y, q0 = item.z;
+  if (int(blockIdx.x) >= *p.tile_count) return;  // the grid is sized for the batch's bucket
+  const int2 item = p.schedule[blockIdx.x];
+  const int image = item.x, q0 = item.y, head = blockIdx.y;
   const int64_t start = p.cu_seqlens[image];
   const int n = p.cu_seqlens[image + 1] - int(start);
   const int rows = min(BM, n - q0);

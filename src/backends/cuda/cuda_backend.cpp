@@ -1,0 +1,272 @@
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/flash_params.h"
+#include "core/error_message.h"
+
+namespace visattn::cuda {
+
+namespace {
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    fail(ErrorCode::internal, "cuda: ", what, " failed: ", cudaGetErrorString(status));
+  }
+}
+
+// Restores the caller's current device on scope exit.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    check(cudaGetDevice(&previous_), "cudaGetDevice");
+    if (device != previous_) check(cudaSetDevice(device), "cudaSetDevice");
+  }
+  ~DeviceGuard() { cudaSetDevice(previous_); }
+
+ private:
+  int previous_ = 0;
+};
+
+// Tile heights of the kernels: head dims up to 128 use 64-row tiles, 256 uses 32.
+const int kTileRows[2] = {tile_rows(128), tile_rows(256)};
+
+// The device image of a batch: [tile counts (4 x int32)] [cu_seqlens, image_capacity + 1]
+// [schedule of 64-row tiles] [schedule of 32-row tiles], sized by capacities so that a
+// later batch of the same bucket can be written over it (graph replay).
+struct Layout {
+  int64_t image_capacity, tile_capacity[2];
+  size_t cu_offset, schedule_offset[2], bytes;
+
+  Layout(int64_t images, int64_t tiles64, int64_t tiles32)
+      : image_capacity(images), tile_capacity{tiles64, tiles32} {
+    cu_offset = 16;
+    schedule_offset[0] = (cu_offset + 4 * size_t(images + 1) + 15) / 16 * 16;
+    schedule_offset[1] = schedule_offset[0] + sizeof(int2) * size_t(tiles64);
+    bytes = schedule_offset[1] + sizeof(int2) * size_t(tiles32);
+  }
+};
+
+// Tiles (image, first row) of `rows` rows, heaviest (longest image) first.
+std::vector<int2> schedule_of(const VarlenBatch& batch, int rows) {
+  std::vector<std::pair<int64_t, int2>> tiles;
+  for (int64_t image = 0; image < batch.num_images(); ++image) {
+    const int n = batch.lengths()[image];
+    for (int q0 = 0; q0 < n; q0 += rows) {
+      tiles.push_back({int64_t(std::min(rows, n - q0)) * n, int2{int(image), q0}});
+    }
+  }
+  std::stable_sort(tiles.begin(), tiles.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<int2> schedule(tiles.size());
+  for (size_t i = 0; i < tiles.size(); ++i) schedule[i] = tiles[i].second;
+  return schedule;
+}
+
+// The batch's bytes in `layout`; throws if the batch does not fit it.
+std::vector<char> device_image(const VarlenBatch& batch, const Layout& layout) {
+  if (batch.num_images() > layout.image_capacity) {
+    fail(ErrorCode::invalid_value, "batch: ", batch.num_images(), " images exceed the ",
+         layout.image_capacity, " the device buffers were prepared for; prepare a larger batch");
+  }
+  std::vector<char> bytes(layout.bytes, 0);
+  auto* counts = reinterpret_cast<int32_t*>(bytes.data());
+  auto* cu = reinterpret_cast<int32_t*>(bytes.data() + layout.cu_offset);
+  for (int64_t i = 0; i <= layout.image_capacity; ++i) {
+    cu[i] = batch.cu_seqlens()[std::min<int64_t>(i, batch.num_images())];  // pad with the end
+  }
+  for (int t = 0; t < 2; ++t) {
+    const std::vector<int2> schedule = schedule_of(batch, kTileRows[t]);
+    if (int64_t(schedule.size()) > layout.tile_capacity[t]) {
+      fail(ErrorCode::invalid_value, "batch: ", schedule.size(), " tiles exceed the ",
+           layout.tile_capacity[t], " the device buffers were prepared for; prepare a larger batch");
+    }
+    counts[t] = int32_t(schedule.size());
+    std::copy(schedule.begin(), schedule.end(),
+              reinterpret_cast<int2*>(bytes.data() + layout.schedule_offset[t]));
+  }
+  return bytes;
+}
+
+}  // namespace
+
+}  // namespace visattn::cuda
+
+namespace visattn {
+
+// A batch prepared on one GPU (see VarlenBatch::prepare).
+struct DeviceMetadata {
+  int device;
+  cuda::Layout layout;
+  void* buffer = nullptr;
+
+  DeviceMetadata(int device, const cuda::Layout& layout) : device(device), layout(layout) {}
+  ~DeviceMetadata() {
+    if (buffer) {
+      int previous = 0;
+      cudaGetDevice(&previous);
+      cudaSetDevice(device);
+      cudaFree(buffer);
+      cudaSetDevice(previous);
+    }
+  }
+};
+
+}  // namespace visattn
+
+namespace visattn::cuda {
+
+namespace {
+
+void upload(DeviceMetadata& prepared, const VarlenBatch& batch, void* stream_handle) {
+  const std::vector<char> bytes = device_image(batch, prepared.layout);
+  const auto stream = static_cast<cudaStream_t>(stream_handle);
+  check(cudaMemcpyAsync(prepared.buffer, bytes.data(), bytes.size(), cudaMemcpyHostToDevice, stream),
+        "cudaMemcpyAsync (batch metadata)");
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");  // `bytes` dies here
+}
+
+// Capacity of a batch's bucket: its images rounded to the bucket, and the tiles any batch of
+// that many tokens and images can have.
+Layout layout_for(const VarlenBatch& batch) {
+  const int64_t images = batch.batch_bucket(), tokens = batch.total_tokens();
+  return Layout(images, (tokens + kTileRows[0] - 1) / kTileRows[0] + images,
+                (tokens + kTileRows[1] - 1) / kTileRows[1] + images);
+}
+
+int compute_capability(int device) {
+  int major = 0, minor = 0;
+  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
+  check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "cudaDeviceGetAttribute");
+  return major * 10 + minor;
+}
+
+// For batches nobody prepared: one per device, grown as needed, reused under a lock.
+std::mutex scratch_mutex;
+std::vector<std::unique_ptr<DeviceMetadata>> scratch;
+
+// The instantiated head dims; a head dim runs at the smallest one that holds it.
+constexpr int kPaddedHeadDims[] = {32, 64, 80, 96, 128, 256};
+
+}  // namespace
+
+std::vector<std::string> gpu_names() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device" error
+    return {};
+  }
+  std::vector<std::string> names;
+  for (int d = 0; d < count; ++d) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, d) == cudaSuccess) {
+      names.push_back(concat("cuda:", d, " ", prop.name, " (sm", prop.major, prop.minor, ", ",
+                             prop.totalGlobalMem >> 20, " MiB)"));
+    }
+  }
+  return names;
+}
+
+std::string unavailable_reason() {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    return concat("no usable CUDA device (cudaGetDeviceCount: ", cudaGetErrorString(status), ")");
+  }
+  if (count == 0) return "no CUDA device";
+  for (int d = 0; d < count; ++d) {
+    if (compute_capability(d) >= 80) return {};
+  }
+  return concat("needs a GPU of compute capability 8.0 or newer; cuda:0 is sm", compute_capability(0));
+}
+
+std::string describe() {
+  return "WMMA tensor-core tiles (first version), head_dim rounded up to 32/64/80/96/128/256";
+}
+
+void run(const AttentionParams& p) {
+  const int device = p.device.index;
+  DeviceGuard guard(device);
+  if (const int cc = compute_capability(device); cc < 80) {
+    fail(ErrorCode::unsupported, "backend='cuda': ", device_name(p.device), " is sm", cc,
+         "; the kernel needs sm80 or newer");
+  }
+  const int* padded = std::find_if(std::begin(kPaddedHeadDims), std::end(kPaddedHeadDims),
+                                   [&](int d) { return d >= p.head_dim; });
+  if (padded == std::end(kPaddedHeadDims)) {
+    fail(ErrorCode::unsupported, "backend='cuda': head_dim ", p.head_dim, " is larger than 256");
+  }
+  const int tile_kind = *padded <= 128 ? 0 : 1;  // which schedule (64- or 32-row tiles)
+  const auto stream = static_cast<cudaStream_t>(p.cuda_stream);
+
+  // An unprepared batch is uploaded here (a copy and a sync per call): not while capturing.
+  std::unique_lock<std::mutex> scratch_lock;
+  const DeviceMetadata* prepared = p.prepared;
+  if (!prepared) {
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    check(cudaStreamIsCapturing(stream, &capturing), "cudaStreamIsCapturing");
+    if (capturing != cudaStreamCaptureStatusNone) {
+      fail(ErrorCode::invalid_value, "batch: call VarlenBatch.prepare(", device_name(p.device),
+           ") before capturing a CUDA graph; an unprepared batch is copied to the GPU on every "
+           "call, which a graph cannot hold");
+    }
+    scratch_lock = std::unique_lock(scratch_mutex);
+    if (int(scratch.size()) <= device) scratch.resize(device + 1);
+    std::unique_ptr<DeviceMetadata>& slot = scratch[device];
+    const VarlenBatch batch = VarlenBatch::from_cu_seqlens(
+        std::span<const int32_t>(p.cu_seqlens, size_t(p.num_images + 1)));
+    const Layout needed = layout_for(batch);
+    if (!slot || slot->layout.bytes < needed.bytes || slot->layout.image_capacity < needed.image_capacity ||
+        slot->layout.tile_capacity[0] < needed.tile_capacity[0] ||
+        slot->layout.tile_capacity[1] < needed.tile_capacity[1]) {
+      slot = std::make_unique<DeviceMetadata>(device, needed);
+      check(cudaMalloc(&slot->buffer, needed.bytes), "cudaMalloc (batch metadata)");
+    }
+    upload(*slot, batch, p.cuda_stream);
+    prepared = slot.get();
+  }
+
+  KernelParams kp{};
+  kp.q = p.q, kp.k = p.k, kp.v = p.v, kp.out = p.out;
+  kp.q_token_stride = p.q_token_stride, kp.q_head_stride = p.q_head_stride;
+  kp.k_token_stride = p.k_token_stride, kp.k_head_stride = p.k_head_stride;
+  kp.v_token_stride = p.v_token_stride, kp.v_head_stride = p.v_head_stride;
+  kp.out_token_stride = p.out_token_stride, kp.out_head_stride = p.out_head_stride;
+  kp.num_heads = p.num_heads, kp.num_kv_heads = p.num_kv_heads, kp.head_dim = p.head_dim;
+  const char* buffer = static_cast<const char*>(prepared->buffer);
+  kp.cu_seqlens = reinterpret_cast<const int32_t*>(buffer + prepared->layout.cu_offset);
+  kp.schedule = reinterpret_cast<const int2*>(buffer + prepared->layout.schedule_offset[tile_kind]);
+  kp.tile_count = reinterpret_cast<const int32_t*>(buffer) + tile_kind;
+  kp.scale_log2 = float(p.softmax_scale * 1.4426950408889634);
+  kp.window_left = p.window_left, kp.window_right = p.window_right;
+  kp.sinks = p.sinks, kp.sinks_stride = p.sinks_stride;
+  kp.lse = p.lse, kp.lse_head_stride = p.lse_head_stride, kp.lse_token_stride = p.lse_token_stride;
+
+  const dim3 grid(unsigned(prepared->layout.tile_capacity[tile_kind]), unsigned(p.num_heads));
+  check(launch_flash_forward(kp, p.dtype == DType::bf16, *padded, grid, stream), "kernel launch");
+  // The scratch metadata is shared by every unprepared call on this device: finish with it.
+  if (scratch_lock.owns_lock()) check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+}
+
+std::shared_ptr<DeviceMetadata> prepare(const VarlenBatch& batch, int device, void* stream) {
+  DeviceGuard guard(device);
+  auto prepared = std::make_shared<DeviceMetadata>(device, layout_for(batch));
+  check(cudaMalloc(&prepared->buffer, prepared->layout.bytes), "cudaMalloc (batch metadata)");
+  upload(*prepared, batch, stream);
+  return prepared;
+}
+
+void update(DeviceMetadata& prepared, const VarlenBatch& batch, void* stream) {
+  DeviceGuard guard(prepared.device);
+  upload(prepared, batch, stream);
+}
+
+int metadata_device(const DeviceMetadata& prepared) { return prepared.device; }
+
+}  // namespace visattn::cuda

@@ -1,0 +1,49 @@
+// Instantiates the forward kernel for every dtype x padded head dim: the one runtime-to-
+// template dispatch of the CUDA backend.
+#include "backends/cuda/flash_fwd.cuh"
+#include "backends/cuda/flash_params.h"
+
+namespace visattn::cuda {
+
+namespace {
+
+template <typename T, int kHeadDimPad>
+cudaError_t launch(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
+  using Config = TileConfig<kHeadDimPad>;
+  constexpr size_t shared = Config::template shared_bytes<T>();
+  static_assert(shared <= 99 * 1024, "the tiles must fit the shared memory of every sm80+ GPU");
+  auto kernel = flash_fwd_kernel<T, kHeadDimPad>;
+  const cudaError_t status =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
+  if (status != cudaSuccess) return status;
+  kernel<<<grid, Config::kWarps * 32, shared, stream>>>(kp);
+  return cudaGetLastError();
+}
+
+// The one runtime-to-template dispatch: dtype x padded head dim.
+template <typename T>
+cudaError_t dispatch_head_dim(const KernelParams& kp, int head_dim_pad, dim3 grid, cudaStream_t stream) {
+  switch (head_dim_pad) {
+    case 32: return launch<T, 32>(kp, grid, stream);
+    case 64: return launch<T, 64>(kp, grid, stream);
+    case 80: return launch<T, 80>(kp, grid, stream);
+    case 96: return launch<T, 96>(kp, grid, stream);
+    case 128: return launch<T, 128>(kp, grid, stream);
+    case 256: return launch<T, 256>(kp, grid, stream);
+  }
+  return cudaErrorInvalidValue;  // no kernel for this head dim (the host checked the list)
+}
+
+}  // namespace
+
+cudaError_t launch_flash_forward(const KernelParams& params, bool bf16, int head_dim_pad,
+                                 dim3 grid, cudaStream_t stream) {
+  return bf16 ? dispatch_head_dim<__nv_bfloat16>(params, head_dim_pad, grid, stream)
+              : dispatch_head_dim<__half>(params, head_dim_pad, grid, stream);
+}
+
+int tile_rows(int head_dim_pad) {
+  return head_dim_pad <= 128 ? TileConfig<128>::kRows : TileConfig<256>::kRows;
+}
+
+}  // namespace visattn::cuda
