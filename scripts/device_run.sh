@@ -5,7 +5,9 @@
 # OpenBLAS does not travel: the bench there reports no sgemm ceiling.
 set -uo pipefail
 OUT=${OUT:-/tmp/visattn-out}
-mkdir -p "$OUT"
+LOGS=$OUT/logs  # tarred at the end: the device returns at most 8 files
+mkdir -p "$LOGS"
+trap 'tar -czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$LOGS"' EXIT
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
 
 prefix=/tmp/visattn-deps
@@ -21,30 +23,33 @@ log "machine"; { nvidia-smi --query-gpu=name,driver_version,memory.total --forma
 
 log "build"
 ARCHS=${ARCHS:-90-real}  # the H200; CI and `make` build every architecture
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DVISATTN_CUDA_ARCHITECTURES="$ARCHS" > "$OUT/build.log" 2>&1 && \
-  cmake --build build -j "$(nproc)" >> "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DVISATTN_CUDA_ARCHITECTURES="$ARCHS" > "$LOGS/build.log" 2>&1 && \
+  cmake --build build -j "$(nproc)" >> "$LOGS/build.log" 2>&1 || { tail -30 "$LOGS/build.log"; exit 1; }
 build/visattn info | tee -a "$OUT/summary.txt"
 
 log "ctest"
-(cd build && ctest -j "$(nproc)" --output-on-failure > "$OUT/ctest.log" 2>&1); tail -3 "$OUT/ctest.log" | tee -a "$OUT/summary.txt"
+(cd build && ctest -j "$(nproc)" --output-on-failure > "$LOGS/ctest.log" 2>&1); tail -3 "$LOGS/ctest.log" | tee -a "$OUT/summary.txt"
 
 log "check cuda"
-build/visattn check --backend cuda --cases 500 > "$OUT/check_cuda.log" 2>&1; grep -E "FAIL|reproduce" "$OUT/check_cuda.log" | head -10; tail -4 "$OUT/check_cuda.log" | tee -a "$OUT/summary.txt"
+build/visattn check --backend cuda --cases 500 > "$LOGS/check_cuda.log" 2>&1; grep -E "FAIL|reproduce" "$LOGS/check_cuda.log" | head -10; tail -4 "$LOGS/check_cuda.log" | tee -a "$OUT/summary.txt"
 
 log "compute-sanitizer (memcheck, racecheck) on a reduced suite"
 for tool in memcheck racecheck; do
   compute-sanitizer --tool $tool --error-exitcode 9 build/visattn check --backend cuda --cases 12 --seed 3 \
-    > "$OUT/sanitizer_$tool.log" 2>&1; echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.log" | tail -1)" | tee -a "$OUT/summary.txt"
+    > "$LOGS/sanitizer_$tool.log" 2>&1; echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/sanitizer_$tool.log" | tail -1)" | tee -a "$OUT/summary.txt"
 done
 
 log "python"
 python3 -m pip install -q --no-build-isolation --no-deps \
-  --config-settings=cmake.define.VISATTN_CUDA_ARCHITECTURES="$ARCHS" . > "$OUT/pip.log" 2>&1 || tail -20 "$OUT/pip.log"
-python3 -m pytest -q python/tests > "$OUT/pytest.log" 2>&1; tail -5 "$OUT/pytest.log" | tee -a "$OUT/summary.txt"
+  --config-settings=cmake.define.VISATTN_CUDA_ARCHITECTURES="$ARCHS" . > "$LOGS/pip.log" 2>&1 || tail -20 "$LOGS/pip.log"
+python3 -m pytest -q python/tests > "$LOGS/pytest.log" 2>&1; tail -5 "$LOGS/pytest.log" | tee -a "$OUT/summary.txt"
 
-log "bench (cpu backend on this host's CPU)"
-build/visattn bench --backend cpu --workloads bench/cpu_bars_workloads.json --scale 0.1 \
-  --dtype f32,bf16 --json "$OUT/bench_cpu.json" 2>&1 | tail -8 | tee -a "$OUT/summary.txt"
+log "gpu bench (cuda backend beside the torch peers, bf16, one process)"
+PYTHONUNBUFFERED=1 python3 bench/gpu_bench.py --workloads bench/public_workloads.json --json "$OUT/bench_gpu.json" \
+  2> "$LOGS/gpu_bench_err.log" | tee "$OUT/gpu_bench.txt"; tail -5 "$LOGS/gpu_bench_err.log"
 
-log "gpu first look (cuda backend beside torch, bf16)"
-PYTHONUNBUFFERED=1 python3 bench/gpu_first_look.py bench/public_workloads.json 2>&1 | tee "$OUT/gpu_first_look.txt" | tail -12
+if [ -z "${SKIP_CPU_BENCH:-}" ]; then
+  log "bench (cpu backend on this host's CPU)"
+  build/visattn bench --backend cpu --workloads bench/cpu_bars_workloads.json --scale 0.1 \
+    --dtype f32,bf16 --json "$OUT/bench_cpu.json" 2>&1 | tail -8 | tee -a "$OUT/summary.txt"
+fi

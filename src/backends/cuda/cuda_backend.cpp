@@ -1,6 +1,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -33,37 +35,52 @@ class DeviceGuard {
   int previous_ = 0;
 };
 
-// Tile heights of the kernels: head dims up to 128 use 64-row tiles, 256 uses 32.
-const int kTileRows[2] = {tile_rows(128), tile_rows(256)};
-
-// The device image of a batch: [tile counts (4 x int32)] [cu_seqlens, image_capacity + 1]
-// [schedule of 64-row tiles] [schedule of 32-row tiles], sized by capacities so that a
-// later batch of the same bucket can be written over it (graph replay).
+// The device image of a batch: [tile count (int32, padded to 16 bytes)] [cu_seqlens,
+// image_capacity + 1] [tile schedule, tile_capacity], sized by capacities so that a later batch
+// of the same bucket can be written over it (graph replay).
 struct Layout {
-  int64_t image_capacity, tile_capacity[2];
-  size_t cu_offset, schedule_offset[2], bytes;
+  int64_t image_capacity, tile_capacity;
+  size_t cu_offset, schedule_offset, bytes;
 
-  Layout(int64_t images, int64_t tiles64, int64_t tiles32)
-      : image_capacity(images), tile_capacity{tiles64, tiles32} {
+  Layout(int64_t images, int64_t tiles) : image_capacity(images), tile_capacity(tiles) {
     cu_offset = 16;
-    schedule_offset[0] = (cu_offset + 4 * size_t(images + 1) + 15) / 16 * 16;
-    schedule_offset[1] = schedule_offset[0] + sizeof(int2) * size_t(tiles64);
-    bytes = schedule_offset[1] + sizeof(int2) * size_t(tiles32);
+    schedule_offset = (cu_offset + 4 * size_t(images + 1) + 15) / 16 * 16;
+    bytes = schedule_offset + sizeof(int4) * size_t(tiles);
   }
 };
 
-// Tiles (image, first row) of `rows` rows, heaviest (longest image) first.
-std::vector<int2> schedule_of(const VarlenBatch& batch, int rows) {
-  std::vector<std::pair<int64_t, int2>> tiles;
-  for (int64_t image = 0; image < batch.num_images(); ++image) {
-    const int n = batch.lengths()[image];
-    for (int q0 = 0; q0 < n; q0 += rows) {
-      tiles.push_back({int64_t(std::min(rows, n - q0)) * n, int2{int(image), q0}});
+// The kernel's tiles, heaviest first: an image longer than a tile is cut into tiles of
+// kTileRows rows; runs of consecutive shorter images share a tile while their tokens fit
+// (segment packing: 64-token windows fill a tile, 16-token ones go four to a tile).
+std::vector<int4> schedule_of(const VarlenBatch& batch) {
+  std::vector<std::pair<int64_t, int4>> tiles;  // (cost, tile)
+  const std::span<const int32_t> lengths = batch.lengths();
+  int pack_first = -1, pack_tokens = 0;
+  int64_t pack_cost = 0;
+  auto close_pack = [&](int end) {
+    if (pack_tokens > 0) tiles.push_back({pack_cost, int4{pack_first, end, 0, 0}});
+    pack_first = -1, pack_tokens = 0, pack_cost = 0;
+  };
+  for (int image = 0; image < int(lengths.size()); ++image) {
+    const int n = lengths[image];
+    if (n > kTileRows) {
+      close_pack(image);
+      for (int q0 = 0; q0 < n; q0 += kTileRows) {
+        tiles.push_back({int64_t(std::min(kTileRows, n - q0)) * n, int4{image, image + 1, q0, 0}});
+      }
+      continue;
     }
+    // A pack holds kTileRows images at most, so that the kernel's search of a row's image is
+    // short even through runs of zero-length images.
+    if (pack_tokens + n > kTileRows || image - pack_first >= kTileRows) close_pack(image);
+    if (pack_first < 0) pack_first = image;
+    pack_tokens += n;
+    pack_cost += int64_t(n) * n;
   }
+  close_pack(int(lengths.size()));
   std::stable_sort(tiles.begin(), tiles.end(),
                    [](const auto& a, const auto& b) { return a.first > b.first; });
-  std::vector<int2> schedule(tiles.size());
+  std::vector<int4> schedule(tiles.size());
   for (size_t i = 0; i < tiles.size(); ++i) schedule[i] = tiles[i].second;
   return schedule;
 }
@@ -80,16 +97,13 @@ std::vector<char> device_image(const VarlenBatch& batch, const Layout& layout) {
   for (int64_t i = 0; i <= layout.image_capacity; ++i) {
     cu[i] = batch.cu_seqlens()[std::min<int64_t>(i, batch.num_images())];  // pad with the end
   }
-  for (int t = 0; t < 2; ++t) {
-    const std::vector<int2> schedule = schedule_of(batch, kTileRows[t]);
-    if (int64_t(schedule.size()) > layout.tile_capacity[t]) {
-      fail(ErrorCode::invalid_value, "batch: ", schedule.size(), " tiles exceed the ",
-           layout.tile_capacity[t], " the device buffers were prepared for; prepare a larger batch");
-    }
-    counts[t] = int32_t(schedule.size());
-    std::copy(schedule.begin(), schedule.end(),
-              reinterpret_cast<int2*>(bytes.data() + layout.schedule_offset[t]));
+  const std::vector<int4> schedule = schedule_of(batch);
+  if (int64_t(schedule.size()) > layout.tile_capacity) {
+    fail(ErrorCode::invalid_value, "batch: ", schedule.size(), " tiles exceed the ", layout.tile_capacity,
+         " the device buffers were prepared for; prepare a larger batch");
   }
+  counts[0] = int32_t(schedule.size());
+  std::copy(schedule.begin(), schedule.end(), reinterpret_cast<int4*>(bytes.data() + layout.schedule_offset));
   return bytes;
 }
 
@@ -135,8 +149,7 @@ void upload(DeviceMetadata& prepared, const VarlenBatch& batch, void* stream_han
 // that many tokens and images can have.
 Layout layout_for(const VarlenBatch& batch) {
   const int64_t images = batch.batch_bucket(), tokens = batch.total_tokens();
-  return Layout(images, (tokens + kTileRows[0] - 1) / kTileRows[0] + images,
-                (tokens + kTileRows[1] - 1) / kTileRows[1] + images);
+  return Layout(images, (tokens + kTileRows - 1) / kTileRows + images);
 }
 
 int compute_capability(int device) {
@@ -149,6 +162,19 @@ int compute_capability(int device) {
 // For batches nobody prepared: one per device, grown as needed, reused under a lock.
 std::mutex scratch_mutex;
 std::vector<std::unique_ptr<DeviceMetadata>> scratch;
+
+// Whether every tile row is whole 16-byte chunks at 16-byte aligned addresses.
+bool vector_io(const AttentionParams& p) {
+  auto aligned = [](const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; };
+  // The head stride of a tensor with one head is never used: it does not count.
+  const bool many_heads = p.num_heads > 1, many_kv_heads = p.num_kv_heads > 1;
+  const int64_t strides[] = {p.q_token_stride, many_heads ? p.q_head_stride : 0,
+                             p.k_token_stride, many_kv_heads ? p.k_head_stride : 0,
+                             p.v_token_stride, many_kv_heads ? p.v_head_stride : 0,
+                             p.out_token_stride, many_heads ? p.out_head_stride : 0};
+  return p.head_dim % 8 == 0 && aligned(p.q) && aligned(p.k) && aligned(p.v) && aligned(p.out) &&
+         std::all_of(std::begin(strides), std::end(strides), [](int64_t s) { return s % 8 == 0; });
+}
 
 // The instantiated head dims; a head dim runs at the smallest one that holds it.
 constexpr int kPaddedHeadDims[] = {32, 64, 80, 96, 128, 256};
@@ -187,7 +213,8 @@ std::string unavailable_reason() {
 }
 
 std::string describe() {
-  return "WMMA tensor-core tiles (first version), head_dim rounded up to 32/64/80/96/128/256";
+  return "mma.sync tensor-core tiles (sm80+), 64-row tiles heaviest first, short images packed; "
+         "head_dim rounded up to 32/64/80/96/128/256";
 }
 
 void run(const AttentionParams& p) {
@@ -202,7 +229,11 @@ void run(const AttentionParams& p) {
   if (padded == std::end(kPaddedHeadDims)) {
     fail(ErrorCode::unsupported, "backend='cuda': head_dim ", p.head_dim, " is larger than 256");
   }
-  const int tile_kind = *padded <= 128 ? 0 : 1;  // which schedule (64- or 32-row tiles)
+  // Token indices are 32-bit in the kernel, with room for one key block past the end.
+  if (const int64_t tokens = p.cu_seqlens[p.num_images]; tokens > INT32_MAX - 256) {
+    fail(ErrorCode::unsupported, "backend='cuda': ", tokens, " tokens in one call; at most ",
+         INT32_MAX - 256, " (split the batch)");
+  }
   const auto stream = static_cast<cudaStream_t>(p.cuda_stream);
 
   // An unprepared batch is uploaded here (a copy and a sync per call): not while capturing.
@@ -223,8 +254,7 @@ void run(const AttentionParams& p) {
         std::span<const int32_t>(p.cu_seqlens, size_t(p.num_images + 1)));
     const Layout needed = layout_for(batch);
     if (!slot || slot->layout.bytes < needed.bytes || slot->layout.image_capacity < needed.image_capacity ||
-        slot->layout.tile_capacity[0] < needed.tile_capacity[0] ||
-        slot->layout.tile_capacity[1] < needed.tile_capacity[1]) {
+        slot->layout.tile_capacity < needed.tile_capacity) {
       slot = std::make_unique<DeviceMetadata>(device, needed);
       check(cudaMalloc(&slot->buffer, needed.bytes), "cudaMalloc (batch metadata)");
     }
@@ -241,14 +271,20 @@ void run(const AttentionParams& p) {
   kp.num_heads = p.num_heads, kp.num_kv_heads = p.num_kv_heads, kp.head_dim = p.head_dim;
   const char* buffer = static_cast<const char*>(prepared->buffer);
   kp.cu_seqlens = reinterpret_cast<const int32_t*>(buffer + prepared->layout.cu_offset);
-  kp.schedule = reinterpret_cast<const int2*>(buffer + prepared->layout.schedule_offset[tile_kind]);
-  kp.tile_count = reinterpret_cast<const int32_t*>(buffer) + tile_kind;
+  kp.schedule = reinterpret_cast<const int4*>(buffer + prepared->layout.schedule_offset);
+  kp.tile_count = reinterpret_cast<const int32_t*>(buffer);
   kp.scale_log2 = float(p.softmax_scale * 1.4426950408889634);
   kp.window_left = p.window_left, kp.window_right = p.window_right;
   kp.sinks = p.sinks, kp.sinks_stride = p.sinks_stride;
   kp.lse = p.lse, kp.lse_head_stride = p.lse_head_stride, kp.lse_token_stride = p.lse_token_stride;
+  kp.vector_io = vector_io(p);
 
-  const dim3 grid(unsigned(prepared->layout.tile_capacity[tile_kind]), unsigned(p.num_heads));
+  const int64_t blocks = prepared->layout.tile_capacity * p.num_heads;  // tile-major, then heads
+  if (blocks > INT32_MAX) {
+    fail(ErrorCode::unsupported, "backend='cuda': ", prepared->layout.tile_capacity, " tiles x ", p.num_heads,
+         " heads exceed the 2^31 - 1 blocks of one launch (split the batch)");
+  }
+  const dim3 grid{unsigned(blocks)};
   check(launch_flash_forward(kp, p.dtype == DType::bf16, *padded, grid, stream), "kernel launch");
   // The scratch metadata is shared by every unprepared call on this device: finish with it.
   if (scratch_lock.owns_lock()) check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");

@@ -1,193 +1,298 @@
-// The CUDA backend's forward kernel (first version: correct on every sm80+ GPU, tensor cores
-// through WMMA, tiles staged in shared memory). One block owns one (image, head, query tile)
-// of the schedule (the head is blockIdx.y); each warp owns 16 query rows of the tile and walks the key blocks the tile
-// can see with an online softmax in the log2 domain:
-//   S = Q·Kᵀ (WMMA, fp32 accumulate) -> scale, mask, running max/sum -> P (input dtype)
-//   O (fp32, shared) = O·alpha + P·V (WMMA)
-// head_dim runs at its own size rounded up to the MMA granularity of 16 (72 -> 80).
+// The CUDA backend's forward kernel: flash attention on mma.sync tensor cores (sm80+), in the
+// register layout of FlashAttention 2. One block owns one (tile of the schedule, head): 64
+// query rows, 16 per warp, which walk the key blocks the tile can see. Blocks run tile-major
+// (heaviest tiles first, the heads of a tile side by side, sharing K and V in L2).
+//   Q fragments stay in registers (head dims up to 128) or are re-read from shared memory (256);
+//   S = Q·Kᵀ is accumulated in registers, scaled, masked and exponentiated there (online
+//   softmax, log2 domain), turned into the A operand of P·V without leaving registers, and O
+//   accumulates in registers; only K and V tiles pass through shared memory, loaded with
+//   cp.async so that V of this block and K of the next arrive while the tensor cores work.
+// head_dim runs at its own size rounded up to the MMA granularity of 16 (72 -> 80). Tiles whose
+// images are shorter than the tile hold several whole images ("packed") and mask by image.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <mma.h>
 
+#include <climits>
 #include <cstdint>
 
 #include "backends/cuda/flash_params.h"
+#include "backends/cuda/mma.cuh"
 
 namespace visattn::cuda {
 
-// Tile shape per padded head dim: 16 query rows per warp; BN keys per block. Sized so the
-// shared memory stays under the 99 KB that sm86/sm89 allow a block (A100/H100 allow more).
 template <int kHeadDimPad>
 struct TileConfig {
-  static constexpr int kRows = kHeadDimPad <= 128 ? 64 : 32;  // query rows per block
-  static constexpr int kKeys = kHeadDimPad <= 80 ? 64 : 32;   // keys per block
+  static constexpr int kRows = kTileRows;  // query rows per block
   static constexpr int kWarps = kRows / 16;
+  static constexpr int kThreads = kWarps * 32;
+  // Keys per block: as many as keep the S accumulators at 64 registers or fewer.
+  static constexpr int kKeys = kHeadDimPad <= 64 ? 128 : kHeadDimPad <= 128 ? 64 : 32;
+  // Shared-memory row pitch in elements: 16 bytes past the row, so that the 8 rows one
+  // ldmatrix reads start in 8 different bank groups for every head dim (no conflicts).
+  static constexpr int kPitch = kHeadDimPad + 8;
+  // Q as mma fragments in registers for the whole block (else re-read from shared memory).
+  static constexpr bool kQInRegisters = kHeadDimPad <= 128;
   static_assert(kHeadDimPad % 16 == 0 && kHeadDimPad <= 256, "head dim tile");
-  static_assert(kKeys % 16 == 0 && kRows % 16 == 0, "WMMA tiles are 16 x 16");
 
-  // Shared memory: Q, K, V tiles (input dtype), S (fp32), P (input dtype), O (fp32), m, l.
   template <typename T>
   static constexpr size_t shared_bytes() {
-    return sizeof(T) * (size_t(kRows) + 2 * kKeys) * kHeadDimPad + 4 * size_t(kRows) * kKeys +
-           sizeof(T) * size_t(kRows) * kKeys + 4 * size_t(kRows) * kHeadDimPad + 8 * kRows;
+    return sizeof(T) * size_t(kRows + 2 * kKeys) * kPitch;  // Q, K, V
   }
 };
 
 template <typename T>
-__device__ inline float to_float(T x);
-template <>
-__device__ inline float to_float(__half x) { return __half2float(x); }
-template <>
-__device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ inline T zero() {
+  return T(0.0f);
+}
 
-template <typename T>
-__device__ inline T from_float(float x);
-template <>
-__device__ inline __half from_float(float x) { return __float2half_rn(x); }
-template <>
-__device__ inline __nv_bfloat16 from_float(float x) { return __float2bfloat16_rn(x); }
-
-// rows x head_dim of a strided tensor into a [rows_pad][kHeadDimPad] tile, zeros elsewhere.
-template <typename T, int kHeadDimPad>
-__device__ inline void load_tile(T* tile, int tile_rows, const T* base, int64_t first_token,
-                                 int valid_rows, int64_t token_stride, int head, int64_t head_stride,
-                                 int head_dim) {
-  for (int i = threadIdx.x; i < tile_rows * kHeadDimPad; i += blockDim.x) {
-    const int row = i / kHeadDimPad, c = i % kHeadDimPad;
-    tile[i] = row < valid_rows && c < head_dim
-                  ? base[(first_token + row) * token_stride + head * head_stride + c]
-                  : from_float<T>(0.0f);
+// Rows [0, kTileHeight) of a tile from a strided [tokens, heads, head_dim] tensor, starting at
+// token `first` (`head_offset` selects the head): rows >= `valid` and columns >= head_dim are
+// zeros. Asynchronous (cp.async) when the tensors allow 16-byte copies.
+template <typename T, int kHeadDimPad, int kTileHeight>
+__device__ inline void load_tile(T* tile, const T* base, int64_t first, int valid, int64_t token_stride,
+                                 int64_t head_offset, int head_dim, bool vector_io) {
+  using Config = TileConfig<kHeadDimPad>;
+  const T* rows = base + first * token_stride + head_offset;
+  if (vector_io) {
+    constexpr int kChunks = kHeadDimPad / 8;  // 16-byte chunks per row
+    for (int i = threadIdx.x; i < kTileHeight * kChunks; i += Config::kThreads) {
+      const int row = i / kChunks, col = i % kChunks * 8;
+      const bool inside = row < valid && col < head_dim;
+      cp_async_16(tile + row * Config::kPitch + col, inside ? rows + row * token_stride + col : base,
+                  inside ? 16 : 0);
+    }
+  } else {
+    for (int i = threadIdx.x; i < kTileHeight * kHeadDimPad; i += Config::kThreads) {
+      const int row = i / kHeadDimPad, col = i % kHeadDimPad;
+      tile[row * Config::kPitch + col] =
+          row < valid && col < head_dim ? rows[row * token_stride + col] : zero<T>();
+    }
   }
 }
 
 template <typename T, int kHeadDimPad>
-__global__ void __launch_bounds__(TileConfig<kHeadDimPad>::kWarps * 32)
+__global__ void __launch_bounds__(TileConfig<kHeadDimPad>::kThreads)
     flash_fwd_kernel(const KernelParams p) {
   using Config = TileConfig<kHeadDimPad>;
-  constexpr int BM = Config::kRows, BN = Config::kKeys, D = kHeadDimPad;
-  namespace wmma = nvcuda::wmma;
+  constexpr int BM = Config::kRows, BN = Config::kKeys, D = kHeadDimPad, kPitch = Config::kPitch;
+  constexpr float kLog2e = 1.4426950408889634f;
 
   extern __shared__ __align__(128) unsigned char shared[];
   T* q_tile = reinterpret_cast<T*>(shared);
-  T* k_tile = q_tile + BM * D;
-  T* v_tile = k_tile + BN * D;
-  float* s_tile = reinterpret_cast<float*>(v_tile + BN * D);
-  T* p_tile = reinterpret_cast<T*>(s_tile + BM * BN);
-  float* o_tile = reinterpret_cast<float*>(p_tile + BM * BN);
-  float* row_max = o_tile + BM * D;
-  float* row_sum = row_max + BM;
+  T* k_tile = q_tile + BM * kPitch;
+  T* v_tile = k_tile + BN * kPitch;
 
-  if (int(blockIdx.x) >= *p.tile_count) return;  // the grid is sized for the batch's bucket
-  const int2 item = p.schedule[blockIdx.x];
-  const int image = item.x, q0 = item.y, head = blockIdx.y;
-  const int64_t start = p.cu_seqlens[image];
-  const int n = p.cu_seqlens[image + 1] - int(start);
-  const int rows = min(BM, n - q0);
+  const int tile = blockIdx.x / p.num_heads, head = blockIdx.x % p.num_heads;
+  if (tile >= *p.tile_count) return;  // the grid is sized for the batch's bucket
+  const int4 item = p.schedule[tile];
   const int kv_head = head / (p.num_heads / p.num_kv_heads);
+  const bool packed = item.y - item.x > 1;
+  const int span_begin = p.cu_seqlens[item.x], span_end = p.cu_seqlens[item.y];
+  const int q_begin = span_begin + item.z;  // tokens, not rows of an image
+  const int rows = min(BM, span_end - q_begin);
+  const int q_last = q_begin + rows - 1;
+  const bool windowed = p.window_left >= 0 || p.window_right >= 0;
+  // Keys some row of the tile can see (written so that huge windows cannot overflow).
+  const int key_begin =
+      p.window_left < 0 || p.window_left >= q_begin - span_begin ? span_begin : int(q_begin - p.window_left);
+  const int key_end =
+      p.window_right < 0 || p.window_right >= span_end - q_last ? span_end : int(q_last + p.window_right + 1);
+
   const T* q = static_cast<const T*>(p.q);
   const T* k = static_cast<const T*>(p.k);
   const T* v = static_cast<const T*>(p.v);
+  const int64_t k_head_offset = kv_head * p.k_head_stride, v_head_offset = kv_head * p.v_head_stride;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int group = lane / 4, quad = lane % 4;  // mma fragment coordinates
 
-  load_tile<T, D>(q_tile, BM, q, start + q0, rows, p.q_token_stride, head, p.q_head_stride, p.head_dim);
-  const float sink = p.sinks ? p.sinks[head * p.sinks_stride] * 1.4426950408889634f : -INFINITY;
-  for (int i = threadIdx.x; i < BM * D; i += blockDim.x) o_tile[i] = 0.0f;
-  for (int i = threadIdx.x; i < BM; i += blockDim.x) {
-    row_max[i] = sink;
-    row_sum[i] = p.sinks ? 1.0f : 0.0f;
+  load_tile<T, D, BM>(q_tile, q, q_begin, rows, p.q_token_stride, head * p.q_head_stride, p.head_dim,
+                      p.vector_io);
+  load_tile<T, D, BN>(k_tile, k, key_begin, min(BN, key_end - key_begin), p.k_token_stride, k_head_offset,
+                      p.head_dim, p.vector_io);
+  cp_async_commit();
+
+  // This thread's two rows (group and group + 8 of the warp's 16): the keys each may see; and
+  // the keys any row of the warp may see, to skip 16-key slabs no row of the warp can see
+  // (short images of a packed tile, windows).
+  int key_min[2], key_max[2], warp_key_min = INT_MAX, warp_key_max = 0;
+  for (int h = 0; h < 2; ++h) {
+    const int r = warp * 16 + group + 8 * h, token = q_begin + r;
+    int lo = span_begin, hi = span_end;
+    if (packed) {
+      for (int image = item.x; image < item.y; ++image) {
+        const int a = p.cu_seqlens[image], b = p.cu_seqlens[image + 1];
+        if (token >= a && token < b) lo = a, hi = b;
+      }
+    }
+    if (r >= rows) lo = hi = 0;  // past the tile: sees nothing
+    key_min[h] = p.window_left < 0 || p.window_left >= token - lo ? lo : int(token - p.window_left);
+    key_max[h] = p.window_right < 0 || p.window_right >= hi - token ? hi : int(token + p.window_right + 1);
+    if (r < rows) warp_key_min = min(warp_key_min, key_min[h]), warp_key_max = max(warp_key_max, key_max[h]);
   }
+  warp_key_min = __reduce_min_sync(0xffffffffu, warp_key_min);
+  warp_key_max = __reduce_max_sync(0xffffffffu, warp_key_max);
 
-  // Keys any row of the tile can see.
-  const int key_begin = p.window_left < 0 ? 0 : max(0, int(q0 - p.window_left));
-  const int key_end = p.window_right < 0 ? n : min(n, int(q0 + rows - 1 + p.window_right + 1));
+  // Running max (log2 domain) and this lane's share of the running sum, per row; a sink is
+  // one more logit in every row's softmax, counted once (by the quad's first lane).
+  const float sink = p.sinks ? p.sinks[head * p.sinks_stride] * kLog2e : -INFINITY;
+  float row_max[2] = {sink, sink};
+  float row_sum[2] = {p.sinks && quad == 0 ? 1.0f : 0.0f, p.sinks && quad == 0 ? 1.0f : 0.0f};
+  float o[D / 8][4];
+  for (int d = 0; d < D / 8; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+  uint32_t q_frag[Config::kQInRegisters ? D / 16 : 1][4];
+  const T* q_warp = q_tile + (warp * 16 + lane % 16) * kPitch + lane / 16 * 8;  // ldmatrix rows
 
   for (int kb = key_begin; kb < key_end; kb += BN) {
-    __syncthreads();  // previous block's K/V are no longer read
-    const int keys = min(BN, key_end - kb);
-    load_tile<T, D>(k_tile, BN, k, start + kb, keys, p.k_token_stride, kv_head, p.k_head_stride, p.head_dim);
-    load_tile<T, D>(v_tile, BN, v, start + kb, keys, p.v_token_stride, kv_head, p.v_head_stride, p.head_dim);
-    __syncthreads();
-
-    // S[warp's 16 rows][BN] = Q Kᵀ.
-    for (int j = 0; j < BN; j += 16) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::fill_fragment(acc, 0.0f);
-      for (int c = 0; c < D; c += 16) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b;
-        wmma::load_matrix_sync(a, q_tile + warp * 16 * D + c, D);
-        wmma::load_matrix_sync(b, k_tile + j * D + c, D);
-        wmma::mma_sync(acc, a, b, acc);
-      }
-      wmma::store_matrix_sync(s_tile + warp * 16 * BN + j, acc, BN, wmma::mem_row_major);
-    }
-    __syncwarp();
-
-    // Online softmax: two lanes per row, each over half of the block's keys.
-    {
-      const int r = warp * 16 + lane / 2, half = lane % 2;
-      const int query = q0 + r;  // row within the image
-      float* s_row = s_tile + r * BN;
-      float block_max = -INFINITY;
-      for (int j = half; j < BN; j += 2) {
-        const int key = kb + j;
-        const bool visible = j < keys && (p.window_left < 0 || key >= query - p.window_left) &&
-                             (p.window_right < 0 || key <= query + p.window_right);
-        const float x = visible ? s_row[j] * p.scale_log2 : -INFINITY;
-        s_row[j] = x;
-        block_max = fmaxf(block_max, x);
-      }
-      block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 1));
-      const float m_old = row_max[r];
-      const float m_new = fmaxf(m_old, block_max);
-      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-      float sum = 0.0f;
-      for (int j = half; j < BN; j += 2) {
-        const float e = exp2f(s_row[j] - m_use);
-        sum += e;
-        p_tile[r * BN + j] = from_float<T>(e);
-      }
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      const float alpha = exp2f(m_old - m_use);
-      for (int c = half; c < D; c += 2) o_tile[r * D + c] *= alpha;
-      __syncwarp();
-      if (half == 0) {
-        row_sum[r] = row_sum[r] * alpha + sum;
-        row_max[r] = m_new;
+    cp_async_wait_all();
+    __syncthreads();  // K of this block (and Q) landed; every warp is done with the last V
+    load_tile<T, D, BN>(v_tile, v, kb, min(BN, key_end - kb), p.v_token_stride, v_head_offset, p.head_dim,
+                        p.vector_io);
+    cp_async_commit();
+    if constexpr (Config::kQInRegisters) {
+      if (kb == key_begin) {
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(q_frag[kk], q_warp + kk * 16);
       }
     }
-    __syncwarp();
 
-    // O[warp's 16 rows][D] += P V.
-    for (int c = 0; c < D; c += 16) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::load_matrix_sync(acc, o_tile + warp * 16 * D + c, D, wmma::mem_row_major);
-      for (int j = 0; j < BN; j += 16) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> b;
-        wmma::load_matrix_sync(a, p_tile + warp * 16 * BN + j, BN);
-        wmma::load_matrix_sync(b, v_tile + j * D + c, D);
-        wmma::mma_sync(acc, a, b, acc);
+    // Whether some row of the warp sees some key of 16-key slab `slab` of this block (the same
+    // answer for every lane: warp-uniform branches around the sync instructions).
+    auto live = [&](int slab) {
+      const int first = kb + 16 * slab;
+      return first < key_end && first < warp_key_max && first + 16 > warp_key_min;
+    };
+
+    // S (16 rows x BN keys per warp) = Q Kᵀ.
+    float s[BN / 8][4];
+#pragma unroll
+    for (int n = 0; n < BN / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t a[4];
+      if constexpr (Config::kQInRegisters) {
+        a[0] = q_frag[kk][0], a[1] = q_frag[kk][1], a[2] = q_frag[kk][2], a[3] = q_frag[kk][3];
+      } else {
+        ldmatrix_x4(a, q_warp + kk * 16);
       }
-      wmma::store_matrix_sync(o_tile + warp * 16 * D + c, acc, D, wmma::mem_row_major);
+#pragma unroll
+      for (int n2 = 0; n2 < BN / 16; ++n2) {
+        if (!live(n2)) continue;
+        uint32_t b[4];
+        ldmatrix_x4(b, k_tile + (n2 * 16 + lane / 16 * 8 + lane % 8) * kPitch + kk * 16 + lane / 8 % 2 * 8);
+        mma_16x8x16<T>(s[2 * n2], a, b[0], b[1]);
+        mma_16x8x16<T>(s[2 * n2 + 1], a, b[2], b[3]);
+      }
     }
-    __syncwarp();
+
+    // Online softmax. Element e of s[n] is row group + 8 (e / 2), key kb + 8 n + 2 quad + e % 2.
+    const bool masked = packed || windowed || kb + BN > key_end;
+    float block_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < BN / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e / 2, key = kb + 8 * n + 2 * quad + e % 2;
+        float x = s[n][e] * p.scale_log2;
+        if (!live(n / 2) || (masked && (key < key_min[h] || key >= key_max[h]))) x = -INFINITY;
+        s[n][e] = x;
+        block_max[h] = fmaxf(block_max[h], x);
+      }
+    }
+    float row_scale[2], row_base[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      block_max[h] = fmaxf(block_max[h], __shfl_xor_sync(0xffffffffu, block_max[h], 1));
+      block_max[h] = fmaxf(block_max[h], __shfl_xor_sync(0xffffffffu, block_max[h], 2));
+      const float new_max = fmaxf(row_max[h], block_max[h]);
+      row_base[h] = new_max == -INFINITY ? 0.0f : new_max;  // a row that has seen nothing yet
+      row_scale[h] = exp2_fast(row_max[h] - row_base[h]);
+      row_max[h] = new_max;
+      row_sum[h] *= row_scale[h];
+    }
+#pragma unroll
+    for (int n = 0; n < BN / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[n][e] = exp2_fast(s[n][e] - row_base[e / 2]);
+        row_sum[e / 2] += s[n][e];
+      }
+    }
+#pragma unroll
+    for (int d = 0; d < D / 8; ++d) {
+      o[d][0] *= row_scale[0], o[d][1] *= row_scale[0];
+      o[d][2] *= row_scale[1], o[d][3] *= row_scale[1];
+    }
+
+    cp_async_wait_all();
+    __syncthreads();  // V landed; every warp is done with K
+    if (kb + BN < key_end) {
+      load_tile<T, D, BN>(k_tile, k, kb + BN, min(BN, key_end - kb - BN), p.k_token_stride, k_head_offset,
+                          p.head_dim, p.vector_io);
+      cp_async_commit();
+    }
+
+    // O += P V, P straight from the S registers (the accumulator layout of two n-blocks is
+    // the A-operand layout of one k-step).
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      if (!live(kk)) continue;  // P is zero there
+      const uint32_t a[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]),
+                             pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                             pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int d2 = 0; d2 < D / 16; ++d2) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, v_tile + (kk * 16 + lane % 8 + lane / 8 % 2 * 8) * kPitch + d2 * 16 + lane / 16 * 8);
+        mma_16x8x16<T>(o[2 * d2], a, b[0], b[1]);
+        mma_16x8x16<T>(o[2 * d2 + 1], a, b[2], b[3]);
+      }
+    }
+  }
+
+  // out = O / l, staged through the Q tile so that the stores are whole rows.
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
+    row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
+  }
+  const float inverse[2] = {row_sum[0] > 0.0f ? 1.0f / row_sum[0] : 0.0f,
+                            row_sum[1] > 0.0f ? 1.0f / row_sum[1] : 0.0f};
+  __syncthreads();  // every warp is done reading Q, K and V
+#pragma unroll
+  for (int d = 0; d < D / 8; ++d) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      *reinterpret_cast<uint32_t*>(q_tile + (warp * 16 + group + 8 * h) * kPitch + d * 8 + 2 * quad) =
+          pack2<T>(o[d][2 * h] * inverse[h], o[d][2 * h + 1] * inverse[h]);
+    }
   }
   __syncthreads();
-
-  // out = O / l for the tile's rows; lse = ln 2 · (m + log2 l).
-  T* out = static_cast<T*>(p.out);
-  for (int i = threadIdx.x; i < rows * p.head_dim; i += blockDim.x) {
-    const int r = i / p.head_dim, c = i % p.head_dim;
-    out[(start + q0 + r) * p.out_token_stride + head * p.out_head_stride + c] =
-        from_float<T>(o_tile[r * D + c] / row_sum[r]);
+  T* out = static_cast<T*>(p.out) + int64_t(q_begin) * p.out_token_stride + head * p.out_head_stride;
+  if (p.vector_io) {
+    constexpr int kChunks = D / 8;
+    for (int i = threadIdx.x; i < rows * kChunks; i += Config::kThreads) {
+      const int row = i / kChunks, col = i % kChunks * 8;
+      if (col < p.head_dim) {
+        *reinterpret_cast<uint4*>(out + row * p.out_token_stride + col) =
+            *reinterpret_cast<const uint4*>(q_tile + row * kPitch + col);
+      }
+    }
+  } else {
+    for (int i = threadIdx.x; i < rows * p.head_dim; i += Config::kThreads) {
+      const int row = i / p.head_dim, col = i % p.head_dim;
+      out[row * p.out_token_stride + col] = q_tile[row * kPitch + col];
+    }
   }
-  if (p.lse) {
-    for (int r = threadIdx.x; r < rows; r += blockDim.x) {
-      p.lse[head * p.lse_head_stride + (start + q0 + r) * p.lse_token_stride] =
-          (row_max[r] + log2f(row_sum[r])) * 0.6931471805599453f;
+  // lse = ln 2 · (m + log2 l), by the quad's first lane.
+  if (p.lse && quad == 0) {
+    for (int h = 0; h < 2; ++h) {
+      const int r = warp * 16 + group + 8 * h;
+      if (r < rows) {
+        p.lse[head * p.lse_head_stride + int64_t(q_begin + r) * p.lse_token_stride] =
+            (row_max[h] + log2f(row_sum[h])) * 0.6931471805599453f;
+      }
     }
   }
 }

@@ -16,7 +16,7 @@ cudaError_t launch(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
   const cudaError_t status =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
   if (status != cudaSuccess) return status;
-  kernel<<<grid, Config::kWarps * 32, shared, stream>>>(kp);
+  kernel<<<grid, Config::kThreads, shared, stream>>>(kp);
   return cudaGetLastError();
 }
 
@@ -40,10 +40,6 @@ cudaError_t launch_flash_forward(const KernelParams& params, bool bf16, int head
                                  dim3 grid, cudaStream_t stream) {
   return bf16 ? dispatch_head_dim<__nv_bfloat16>(params, head_dim_pad, grid, stream)
               : dispatch_head_dim<__half>(params, head_dim_pad, grid, stream);
-}
-
-int tile_rows(int head_dim_pad) {
-  return head_dim_pad <= 128 ? TileConfig<128>::kRows : TileConfig<256>::kRows;
 }
 
 }  // namespace visattn::cuda
