@@ -3,6 +3,9 @@
 # The GPU machine reaches no package registry: CLI11, nlohmann-json and GoogleTest travel as
 # Debian packages in .deps/ (fetched by scripts/fetch_device_deps.sh), unpacked into a prefix.
 # OpenBLAS does not travel: the bench there reports no sgemm ceiling.
+# Knobs (environment): QUICK=1 runs 100 check cases and skips ctest, compute-sanitizer and
+# pytest (kernel iterations); SKIP_CPU_BENCH=1; PROFILE=workload[,..] adds an Nsight Compute
+# report of one cuda kernel launch per workload (ncu.txt); BENCH_ARGS go to bench/gpu_bench.py.
 set -uo pipefail
 OUT=${OUT:-/tmp/visattn-out}
 LOGS=$OUT/logs  # tarred at the end: the device returns at most 8 files
@@ -27,26 +30,39 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DVISATTN_CUDA_ARCHITECT
   cmake --build build -j "$(nproc)" >> "$LOGS/build.log" 2>&1 || { tail -30 "$LOGS/build.log"; exit 1; }
 build/visattn info | tee -a "$OUT/summary.txt"
 
+if [ -z "${QUICK:-}" ]; then
 log "ctest"
 (cd build && ctest -j "$(nproc)" --output-on-failure > "$LOGS/ctest.log" 2>&1); tail -3 "$LOGS/ctest.log" | tee -a "$OUT/summary.txt"
 
-log "check cuda"
-build/visattn check --backend cuda --cases 500 > "$LOGS/check_cuda.log" 2>&1; grep -E "FAIL|reproduce" "$LOGS/check_cuda.log" | head -10; tail -4 "$LOGS/check_cuda.log" | tee -a "$OUT/summary.txt"
+fi
 
+log "check cuda"
+build/visattn check --backend cuda --cases "$([ -n "${QUICK:-}" ] && echo 100 || echo 500)" > "$LOGS/check_cuda.log" 2>&1; grep -E "FAIL|reproduce" "$LOGS/check_cuda.log" | head -10; tail -4 "$LOGS/check_cuda.log" | tee -a "$OUT/summary.txt"
+
+if [ -z "${QUICK:-}" ]; then
 log "compute-sanitizer (memcheck, racecheck) on a reduced suite"
 for tool in memcheck racecheck; do
   compute-sanitizer --tool $tool --error-exitcode 9 build/visattn check --backend cuda --cases 12 --seed 3 \
     > "$LOGS/sanitizer_$tool.log" 2>&1; echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/sanitizer_$tool.log" | tail -1)" | tee -a "$OUT/summary.txt"
 done
+fi
 
 log "python"
 python3 -m pip install -q --no-build-isolation --no-deps \
   --config-settings=cmake.define.VISATTN_CUDA_ARCHITECTURES="$ARCHS" . > "$LOGS/pip.log" 2>&1 || tail -20 "$LOGS/pip.log"
-python3 -m pytest -q python/tests > "$LOGS/pytest.log" 2>&1; tail -5 "$LOGS/pytest.log" | tee -a "$OUT/summary.txt"
+[ -n "${QUICK:-}" ] || { python3 -m pytest -q python/tests > "$LOGS/pytest.log" 2>&1; tail -5 "$LOGS/pytest.log" | tee -a "$OUT/summary.txt"; }
 
 log "gpu bench (cuda backend beside the torch peers, bf16, one process)"
-PYTHONUNBUFFERED=1 python3 bench/gpu_bench.py --workloads bench/public_workloads.json --json "$OUT/bench_gpu.json" \
+PYTHONUNBUFFERED=1 python3 bench/gpu_bench.py --workloads bench/public_workloads.json --json "$OUT/bench_gpu.json" ${BENCH_ARGS:-} \
   2> "$LOGS/gpu_bench_err.log" | tee "$OUT/gpu_bench.txt"; tail -5 "$LOGS/gpu_bench_err.log"
+
+if [ -n "${PROFILE:-}" ]; then
+  log "ncu: one cuda kernel launch of $PROFILE"
+  ncu --kernel-name regex:flash_fwd --launch-skip 3 --launch-count 1 --section SpeedOfLight --section Occupancy \
+    --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+    python3 bench/gpu_bench.py --workloads bench/public_workloads.json --backends cuda --only "$PROFILE" \
+    > "$OUT/ncu.txt" 2>&1; grep -E "Duration|Throughput|Achieved Occupancy|Registers|Stall|Issued Ipc|Warp Cycles" "$OUT/ncu.txt" | head -40
+fi
 
 if [ -z "${SKIP_CPU_BENCH:-}" ]; then
   log "bench (cpu backend on this host's CPU)"

@@ -45,29 +45,36 @@ struct Layout {
   Layout(int64_t images, int64_t tiles) : image_capacity(images), tile_capacity(tiles) {
     cu_offset = 16;
     schedule_offset = (cu_offset + 4 * size_t(images + 1) + 15) / 16 * 16;
-    bytes = schedule_offset + sizeof(int4) * size_t(tiles);
+    bytes = schedule_offset + sizeof(Tile) * size_t(tiles);
   }
 };
 
-// The kernel's tiles, heaviest first: an image longer than a tile is cut into tiles of
-// kTileRows rows; runs of consecutive shorter images share a tile while their tokens fit
-// (segment packing: 64-token windows fill a tile, 16-token ones go four to a tile).
-std::vector<int4> schedule_of(const VarlenBatch& batch) {
-  std::vector<std::pair<int64_t, int4>> tiles;  // (cost, tile)
+// The kernel's tiles (see Tile): an image longer than a tile is cut into tiles of kTileRows
+// rows, one group; runs of consecutive shorter images share a tile while their tokens fit
+// (segment packing: 64-token windows fill a tile, 16-token ones go four to a tile), a group
+// each. Groups are ordered heaviest first (sum of squared image lengths).
+Tile tile_of(int first_image, int end_image, int first_row) {
+  Tile tile;
+  tile.first_image = first_image, tile.end_image = end_image, tile.first_row = first_row;
+  return tile;
+}
+
+std::vector<Tile> schedule_of(const VarlenBatch& batch) {
+  std::vector<std::pair<int64_t, std::vector<Tile>>> groups;  // (cost, tiles)
   const std::span<const int32_t> lengths = batch.lengths();
   int pack_first = -1, pack_tokens = 0;
   int64_t pack_cost = 0;
   auto close_pack = [&](int end) {
-    if (pack_tokens > 0) tiles.push_back({pack_cost, int4{pack_first, end, 0, 0}});
+    if (pack_tokens > 0) groups.push_back({pack_cost, {tile_of(pack_first, end, 0)}});
     pack_first = -1, pack_tokens = 0, pack_cost = 0;
   };
   for (int image = 0; image < int(lengths.size()); ++image) {
     const int n = lengths[image];
     if (n > kTileRows) {
       close_pack(image);
-      for (int q0 = 0; q0 < n; q0 += kTileRows) {
-        tiles.push_back({int64_t(std::min(kTileRows, n - q0)) * n, int4{image, image + 1, q0, 0}});
-      }
+      std::vector<Tile> tiles;
+      for (int q0 = 0; q0 < n; q0 += kTileRows) tiles.push_back(tile_of(image, image + 1, q0));
+      groups.push_back({int64_t(n) * n, std::move(tiles)});
       continue;
     }
     // A pack holds kTileRows images at most, so that the kernel's search of a row's image is
@@ -78,10 +85,16 @@ std::vector<int4> schedule_of(const VarlenBatch& batch) {
     pack_cost += int64_t(n) * n;
   }
   close_pack(int(lengths.size()));
-  std::stable_sort(tiles.begin(), tiles.end(),
+  std::stable_sort(groups.begin(), groups.end(),
                    [](const auto& a, const auto& b) { return a.first > b.first; });
-  std::vector<int4> schedule(tiles.size());
-  for (size_t i = 0; i < tiles.size(); ++i) schedule[i] = tiles[i].second;
+  std::vector<Tile> schedule;
+  for (auto& [cost, tiles] : groups) {
+    const int first = int(schedule.size());
+    for (Tile& tile : tiles) {
+      tile.group_first = first, tile.group_size = int(tiles.size());
+      schedule.push_back(tile);
+    }
+  }
   return schedule;
 }
 
@@ -97,13 +110,13 @@ std::vector<char> device_image(const VarlenBatch& batch, const Layout& layout) {
   for (int64_t i = 0; i <= layout.image_capacity; ++i) {
     cu[i] = batch.cu_seqlens()[std::min<int64_t>(i, batch.num_images())];  // pad with the end
   }
-  const std::vector<int4> schedule = schedule_of(batch);
+  const std::vector<Tile> schedule = schedule_of(batch);
   if (int64_t(schedule.size()) > layout.tile_capacity) {
     fail(ErrorCode::invalid_value, "batch: ", schedule.size(), " tiles exceed the ", layout.tile_capacity,
          " the device buffers were prepared for; prepare a larger batch");
   }
   counts[0] = int32_t(schedule.size());
-  std::copy(schedule.begin(), schedule.end(), reinterpret_cast<int4*>(bytes.data() + layout.schedule_offset));
+  std::copy(schedule.begin(), schedule.end(), reinterpret_cast<Tile*>(bytes.data() + layout.schedule_offset));
   return bytes;
 }
 
@@ -271,7 +284,7 @@ void run(const AttentionParams& p) {
   kp.num_heads = p.num_heads, kp.num_kv_heads = p.num_kv_heads, kp.head_dim = p.head_dim;
   const char* buffer = static_cast<const char*>(prepared->buffer);
   kp.cu_seqlens = reinterpret_cast<const int32_t*>(buffer + prepared->layout.cu_offset);
-  kp.schedule = reinterpret_cast<const int4*>(buffer + prepared->layout.schedule_offset);
+  kp.schedule = reinterpret_cast<const Tile*>(buffer + prepared->layout.schedule_offset);
   kp.tile_count = reinterpret_cast<const int32_t*>(buffer);
   kp.scale_log2 = float(p.softmax_scale * 1.4426950408889634);
   kp.window_left = p.window_left, kp.window_right = p.window_right;

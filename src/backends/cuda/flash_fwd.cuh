@@ -1,12 +1,14 @@
 // The CUDA backend's forward kernel: flash attention on mma.sync tensor cores (sm80+), in the
 // register layout of FlashAttention 2. One block owns one (tile of the schedule, head): 64
-// query rows, 16 per warp, which walk the key blocks the tile can see. Blocks run tile-major
-// (heaviest tiles first, the heads of a tile side by side, sharing K and V in L2).
+// query rows, 16 per warp, which walk the key blocks the tile can see. Blocks run group by
+// group (heaviest first), head by head within a group (see Tile).
 //   Q fragments stay in registers (head dims up to 128) or are re-read from shared memory (256);
 //   S = Q·Kᵀ is accumulated in registers, scaled, masked and exponentiated there (online
 //   softmax, log2 domain), turned into the A operand of P·V without leaving registers, and O
 //   accumulates in registers; only K and V tiles pass through shared memory, loaded with
-//   cp.async so that V of this block and K of the next arrive while the tensor cores work.
+//   cp.async so that V of this block and K of the next arrive while the tensor cores work
+//   (V of the first block is asked for with Q and K: a tile of one key block, the common case
+//   of short images, waits for memory once).
 // head_dim runs at its own size rounded up to the MMA granularity of 16 (72 -> 80). Tiles whose
 // images are shorter than the tile hold several whole images ("packed") and mask by image.
 #pragma once
@@ -84,13 +86,16 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimPad>::kThreads)
   T* k_tile = q_tile + BM * kPitch;
   T* v_tile = k_tile + BN * kPitch;
 
-  const int tile = blockIdx.x / p.num_heads, head = blockIdx.x % p.num_heads;
-  if (tile >= *p.tile_count) return;  // the grid is sized for the batch's bucket
-  const int4 item = p.schedule[tile];
-  const int kv_head = head / (p.num_heads / p.num_kv_heads);
-  const bool packed = item.y - item.x > 1;
-  const int span_begin = p.cu_seqlens[item.x], span_end = p.cu_seqlens[item.y];
-  const int q_begin = span_begin + item.z;  // tokens, not rows of an image
+  // Block b is in the group of tile b / heads (the group's blocks are consecutive: its tiles x
+  // heads); within the group, head-major.
+  if (int(blockIdx.x / p.num_heads) >= *p.tile_count) return;  // the grid is sized for the bucket
+  const Tile& in_group = p.schedule[blockIdx.x / p.num_heads];
+  const int local = blockIdx.x - in_group.group_first * p.num_heads;
+  const int head = local / in_group.group_size, kv_head = head / (p.num_heads / p.num_kv_heads);
+  const Tile item = p.schedule[in_group.group_first + local % in_group.group_size];
+  const bool packed = item.end_image - item.first_image > 1;
+  const int span_begin = p.cu_seqlens[item.first_image], span_end = p.cu_seqlens[item.end_image];
+  const int q_begin = span_begin + item.first_row;  // tokens, not rows of an image
   const int rows = min(BM, span_end - q_begin);
   const int q_last = q_begin + rows - 1;
   const bool windowed = p.window_left >= 0 || p.window_right >= 0;
@@ -112,6 +117,9 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimPad>::kThreads)
   load_tile<T, D, BN>(k_tile, k, key_begin, min(BN, key_end - key_begin), p.k_token_stride, k_head_offset,
                       p.head_dim, p.vector_io);
   cp_async_commit();
+  load_tile<T, D, BN>(v_tile, v, key_begin, min(BN, key_end - key_begin), p.v_token_stride, v_head_offset,
+                      p.head_dim, p.vector_io);
+  cp_async_commit();
 
   // This thread's two rows (group and group + 8 of the warp's 16): the keys each may see; and
   // the keys any row of the warp may see, to skip 16-key slabs no row of the warp can see
@@ -121,7 +129,7 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimPad>::kThreads)
     const int r = warp * 16 + group + 8 * h, token = q_begin + r;
     int lo = span_begin, hi = span_end;
     if (packed) {
-      for (int image = item.x; image < item.y; ++image) {
+      for (int image = item.first_image; image < item.end_image; ++image) {
         const int a = p.cu_seqlens[image], b = p.cu_seqlens[image + 1];
         if (token >= a && token < b) lo = a, hi = b;
       }
@@ -145,11 +153,16 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimPad>::kThreads)
   const T* q_warp = q_tile + (warp * 16 + lane % 16) * kPitch + lane / 16 * 8;  // ldmatrix rows
 
   for (int kb = key_begin; kb < key_end; kb += BN) {
-    cp_async_wait_all();
-    __syncthreads();  // K of this block (and Q) landed; every warp is done with the last V
-    load_tile<T, D, BN>(v_tile, v, kb, min(BN, key_end - kb), p.v_token_stride, v_head_offset, p.head_dim,
-                        p.vector_io);
-    cp_async_commit();
+    if (kb == key_begin) {
+      cp_async_wait_all_but_newest();  // Q and K; V may still be on its way
+      __syncthreads();
+    } else {
+      cp_async_wait_all();
+      __syncthreads();  // K of this block landed; every warp is done with the last V
+      load_tile<T, D, BN>(v_tile, v, kb, min(BN, key_end - kb), p.v_token_stride, v_head_offset, p.head_dim,
+                          p.vector_io);
+      cp_async_commit();
+    }
     if constexpr (Config::kQInRegisters) {
       if (kb == key_begin) {
 #pragma unroll

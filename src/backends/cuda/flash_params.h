@@ -8,6 +8,17 @@
 
 namespace visattn::cuda {
 
+// One tile of the schedule: up to kTileRows query rows of one image from `first_row`
+// (end_image = first_image + 1), or several whole consecutive images of kTileRows tokens at
+// most ("packed", first_row = 0), masked block-diagonally. Tiles come in groups (the tiles of
+// one image, or one packed tile), heaviest group first; blocks walk a group head by head, so
+// that the blocks running together share one head's K and V in L2.
+struct alignas(16) Tile {
+  int32_t first_image = 0, end_image = 0, first_row = 0;
+  int32_t group_first = 0, group_size = 0;  // the group's tiles in the schedule
+  int32_t unused[3] = {};
+};
+
 // What the kernel reads: AttentionParams in device terms.
 struct KernelParams {
   const void* q;
@@ -18,10 +29,7 @@ struct KernelParams {
   int64_t v_token_stride, v_head_stride, out_token_stride, out_head_stride;
   int num_heads, num_kv_heads, head_dim;
   const int32_t* cu_seqlens;  // device, num_images + 1
-  // device, per tile, heaviest first: (first image, end image, first query row, unused). A tile
-  // of one image (end = first + 1) holds up to kTileRows of its rows from the first; a packed
-  // tile holds whole consecutive images, kTileRows tokens at most, masked block-diagonally.
-  const int4* schedule;
+  const Tile* schedule;       // device, tile_count tiles (see Tile)
   const int32_t* tile_count;  // device: tiles in the schedule; blocks past it exit (fixed grid)
   float scale_log2;           // softmax_scale * log2(e)
   int64_t window_left, window_right;

@@ -79,6 +79,9 @@ __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\
 
 __device__ inline void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
+// Waits for every committed group but the newest.
+__device__ inline void cp_async_wait_all_but_newest() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+
 // 2^x, approximate (2 ulp); 2^-inf = 0.
 __device__ inline float exp2_fast(float x) {
   float y;
