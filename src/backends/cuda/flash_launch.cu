@@ -16,6 +16,10 @@ cudaError_t launch(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
   const cudaError_t status =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
   if (status != cudaSuccess) return status;
+  // As much of L1 as shared memory as the GPU allows: several blocks per SM hide latency.
+  const cudaError_t carveout =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+  if (carveout != cudaSuccess) return carveout;
   kernel<<<grid, Config::kThreads, shared, stream>>>(kp);
   return cudaGetLastError();
 }
