@@ -18,6 +18,7 @@
 
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 
 #include "backends/cuda/flash_params.h"
 #include "backends/cuda/mma.cuh"
@@ -58,8 +59,11 @@ __device__ inline void load_tile(T* tile, const T* base, int64_t first, int vali
   using Config = TileConfig<kHeadDimPad>;
   const T* rows = base + first * token_stride + head_offset;
   if (vector_io) {
-    constexpr int kChunks = kHeadDimPad / 8;  // 16-byte chunks per row
-    for (int i = threadIdx.x; i < kTileHeight * kChunks; i += Config::kThreads) {
+    constexpr int kChunks = kHeadDimPad / 8, kTotal = kTileHeight * kChunks;  // 16-byte chunks
+#pragma unroll
+    for (int j = 0; j < (kTotal + Config::kThreads - 1) / Config::kThreads; ++j) {
+      const int i = threadIdx.x + j * Config::kThreads;
+      if (kTotal % Config::kThreads != 0 && i >= kTotal) break;
       const int row = i / kChunks, col = i % kChunks * 8;
       const bool inside = row < valid && col < head_dim;
       cp_async_16(tile + row * Config::kPitch + col, inside ? rows + row * token_stride + col : base,
@@ -176,42 +180,64 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimPad>::kThreads)
       const int first = kb + 16 * slab;
       return first < key_end && first < warp_key_max && first + 16 > warp_key_min;
     };
+    // The common block: every row of the warp sees every key of it. Its code has no branch
+    // and no mask, so that the compiler can run the shared-memory loads ahead of the MMAs;
+    // other blocks (edges of images, packed tiles, windows) test slabs and keys.
+    const bool masked = packed || windowed || kb + BN > key_end;
+    const bool full = !masked && kb >= warp_key_min && kb + BN <= warp_key_max;
 
-    // S (16 rows x BN keys per warp) = Q Kᵀ.
+    // S (16 rows x BN keys per warp) = Q Kᵀ, scaled to the log2 domain and masked.
+    // Element e of s[n] is row group + 8 (e / 2), key kb + 8 n + 2 quad + e % 2.
     float s[BN / 8][4];
+    auto scores = [&](auto full_block) {
+      constexpr bool kFull = decltype(full_block)::value;
 #pragma unroll
-    for (int n = 0; n < BN / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+      for (int n = 0; n < BN / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t a[4];
-      if constexpr (Config::kQInRegisters) {
-        a[0] = q_frag[kk][0], a[1] = q_frag[kk][1], a[2] = q_frag[kk][2], a[3] = q_frag[kk][3];
-      } else {
-        ldmatrix_x4(a, q_warp + kk * 16);
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t a[4];
+        if constexpr (Config::kQInRegisters) {
+          a[0] = q_frag[kk][0], a[1] = q_frag[kk][1], a[2] = q_frag[kk][2], a[3] = q_frag[kk][3];
+        } else {
+          ldmatrix_x4(a, q_warp + kk * 16);
+        }
+        uint32_t b[BN / 16][4];
+#pragma unroll
+        for (int n2 = 0; n2 < BN / 16; ++n2) {
+          if (kFull || live(n2)) {
+            ldmatrix_x4(b[n2], k_tile + (n2 * 16 + lane / 16 * 8 + lane % 8) * kPitch + kk * 16 + lane / 8 % 2 * 8);
+          }
+        }
+#pragma unroll
+        for (int n2 = 0; n2 < BN / 16; ++n2) {
+          if (kFull || live(n2)) {
+            mma_16x8x16<T>(s[2 * n2], a, b[n2][0], b[n2][1]);
+            mma_16x8x16<T>(s[2 * n2 + 1], a, b[n2][2], b[n2][3]);
+          }
+        }
       }
 #pragma unroll
-      for (int n2 = 0; n2 < BN / 16; ++n2) {
-        if (!live(n2)) continue;
-        uint32_t b[4];
-        ldmatrix_x4(b, k_tile + (n2 * 16 + lane / 16 * 8 + lane % 8) * kPitch + kk * 16 + lane / 8 % 2 * 8);
-        mma_16x8x16<T>(s[2 * n2], a, b[0], b[1]);
-        mma_16x8x16<T>(s[2 * n2 + 1], a, b[2], b[3]);
+      for (int n = 0; n < BN / 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e / 2, key = kb + 8 * n + 2 * quad + e % 2;
+          s[n][e] *= p.scale_log2;
+          if (!kFull && (!live(n / 2) || key < key_min[h] || key >= key_max[h])) s[n][e] = -INFINITY;
+        }
       }
+    };
+    if (full) {
+      scores(std::true_type{});
+    } else {
+      scores(std::false_type{});
     }
 
-    // Online softmax. Element e of s[n] is row group + 8 (e / 2), key kb + 8 n + 2 quad + e % 2.
-    const bool masked = packed || windowed || kb + BN > key_end;
+    // Online softmax.
     float block_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int n = 0; n < BN / 8; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e / 2, key = kb + 8 * n + 2 * quad + e % 2;
-        float x = s[n][e] * p.scale_log2;
-        if (!live(n / 2) || (masked && (key < key_min[h] || key >= key_max[h]))) x = -INFINITY;
-        s[n][e] = x;
-        block_max[h] = fmaxf(block_max[h], x);
-      }
+      block_max[0] = fmaxf(block_max[0], fmaxf(s[n][0], s[n][1]));
+      block_max[1] = fmaxf(block_max[1], fmaxf(s[n][2], s[n][3]));
     }
     float row_scale[2], row_base[2];
 #pragma unroll
@@ -248,19 +274,27 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimPad>::kThreads)
 
     // O += P V, P straight from the S registers (the accumulator layout of two n-blocks is
     // the A-operand layout of one k-step).
+    auto accumulate = [&](auto full_block) {
+      constexpr bool kFull = decltype(full_block)::value;
 #pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
-      if (!live(kk)) continue;  // P is zero there
-      const uint32_t a[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]),
-                             pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                             pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      for (int kk = 0; kk < BN / 16; ++kk) {
+        if (!kFull && !live(kk)) continue;  // P is zero there
+        const uint32_t a[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]),
+                               pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                               pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
-      for (int d2 = 0; d2 < D / 16; ++d2) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, v_tile + (kk * 16 + lane % 8 + lane / 8 % 2 * 8) * kPitch + d2 * 16 + lane / 16 * 8);
-        mma_16x8x16<T>(o[2 * d2], a, b[0], b[1]);
-        mma_16x8x16<T>(o[2 * d2 + 1], a, b[2], b[3]);
+        for (int d2 = 0; d2 < D / 16; ++d2) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, v_tile + (kk * 16 + lane % 8 + lane / 8 % 2 * 8) * kPitch + d2 * 16 + lane / 16 * 8);
+          mma_16x8x16<T>(o[2 * d2], a, b[0], b[1]);
+          mma_16x8x16<T>(o[2 * d2 + 1], a, b[2], b[3]);
+        }
       }
+    };
+    if (full) {
+      accumulate(std::true_type{});
+    } else {
+      accumulate(std::false_type{});
     }
   }
 
