@@ -1,6 +1,6 @@
 // The CUDA backend's forward kernel: flash attention on mma.sync tensor cores (sm80+), in the
 // register layout of FlashAttention 2. One block owns one (tile of the schedule, head): 64
-// query rows, 16 per warp, which walk the key blocks the tile can see. Blocks run group by
+// query rows, 16 or 32 per warp, which walk the key blocks the tile can see. Blocks run group by
 // group (heaviest first), head by head within a group (see Tile).
 //   Q fragments stay in registers (head dims up to 128) or are re-read from shared memory (256);
 //   S = Q·Kᵀ is accumulated in registers, scaled, masked and exponentiated there (online
@@ -25,19 +25,23 @@
 
 namespace visattn::cuda {
 
-template <int kHeadDimPad>
+// kMTiles: 16-row m-tiles per warp. Two halve the ldmatrix traffic per MMA (each K or V
+// fragment feeds both) at the price of twice the accumulator registers.
+template <int kHeadDimPad, int kMTiles>
 struct TileConfig {
   static constexpr int kRows = kTileRows;  // query rows per block
-  static constexpr int kWarps = kRows / 16;
+  static constexpr int kWarpRows = 16 * kMTiles;
+  static constexpr int kWarps = kRows / kWarpRows;
   static constexpr int kThreads = kWarps * 32;
   // Keys per block: as many as keep the S accumulators at 64 registers or fewer.
-  static constexpr int kKeys = kHeadDimPad <= 64 ? 128 : kHeadDimPad <= 128 ? 64 : 32;
+  static constexpr int kKeys = (kHeadDimPad <= 64 ? 128 : kHeadDimPad <= 128 ? 64 : 32) / kMTiles;
   // Shared-memory row pitch in elements: 16 bytes past the row, so that the 8 rows one
   // ldmatrix reads start in 8 different bank groups for every head dim (no conflicts).
   static constexpr int kPitch = kHeadDimPad + 8;
   // Q as mma fragments in registers for the whole block (else re-read from shared memory).
-  static constexpr bool kQInRegisters = kHeadDimPad <= 128;
+  static constexpr bool kQInRegisters = kHeadDimPad * kMTiles <= 128;
   static_assert(kHeadDimPad % 16 == 0 && kHeadDimPad <= 256, "head dim tile");
+  static_assert(kMTiles == 1 || kHeadDimPad <= 128, "two m-tiles of O at head dim 256 exceed the registers");
 
   template <typename T>
   static constexpr size_t shared_bytes() {
@@ -53,10 +57,10 @@ __device__ inline T zero() {
 // Rows [0, kTileHeight) of a tile from a strided [tokens, heads, head_dim] tensor, starting at
 // token `first` (`head_offset` selects the head): rows >= `valid` and columns >= head_dim are
 // zeros. Asynchronous (cp.async) when the tensors allow 16-byte copies.
-template <typename T, int kHeadDimPad, int kTileHeight>
+template <typename T, typename Config, int kTileHeight>
 __device__ inline void load_tile(T* tile, const T* base, int64_t first, int valid, int64_t token_stride,
                                  int64_t head_offset, int head_dim, bool vector_io) {
-  using Config = TileConfig<kHeadDimPad>;
+  constexpr int kHeadDimPad = Config::kPitch - 8;
   const T* rows = base + first * token_stride + head_offset;
   if (vector_io) {
     constexpr int kChunks = kHeadDimPad / 8, kTotal = kTileHeight * kChunks;  // 16-byte chunks
@@ -78,10 +82,11 @@ __device__ inline void load_tile(T* tile, const T* base, int64_t first, int vali
   }
 }
 
-template <typename T, int kHeadDimPad>
-__global__ void __launch_bounds__(TileConfig<kHeadDimPad>::kThreads)
+template <typename T, int kHeadDimPad, int kMTiles>
+__global__ void __launch_bounds__(TileConfig<kHeadDimPad, kMTiles>::kThreads)
     flash_fwd_kernel(const KernelParams p) {
-  using Config = TileConfig<kHeadDimPad>;
+  using Config = TileConfig<kHeadDimPad, kMTiles>;
+  constexpr int kSlots = 2 * kMTiles;  // rows per lane: slot h is row 16 (h / 2) + group + 8 (h % 2)
   constexpr int BM = Config::kRows, BN = Config::kKeys, D = kHeadDimPad, kPitch = Config::kPitch;
   constexpr float kLog2e = 1.4426950408889634f;
 
@@ -116,21 +121,22 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimPad>::kThreads)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = lane / 4, quad = lane % 4;  // mma fragment coordinates
 
-  load_tile<T, D, BM>(q_tile, q, q_begin, rows, p.q_token_stride, head * p.q_head_stride, p.head_dim,
+  load_tile<T, Config, BM>(q_tile, q, q_begin, rows, p.q_token_stride, head * p.q_head_stride, p.head_dim,
                       p.vector_io);
-  load_tile<T, D, BN>(k_tile, k, key_begin, min(BN, key_end - key_begin), p.k_token_stride, k_head_offset,
+  load_tile<T, Config, BN>(k_tile, k, key_begin, min(BN, key_end - key_begin), p.k_token_stride, k_head_offset,
                       p.head_dim, p.vector_io);
   cp_async_commit();
-  load_tile<T, D, BN>(v_tile, v, key_begin, min(BN, key_end - key_begin), p.v_token_stride, v_head_offset,
+  load_tile<T, Config, BN>(v_tile, v, key_begin, min(BN, key_end - key_begin), p.v_token_stride, v_head_offset,
                       p.head_dim, p.vector_io);
   cp_async_commit();
 
-  // This thread's two rows (group and group + 8 of the warp's 16): the keys each may see; and
-  // the keys any row of the warp may see, to skip 16-key slabs no row of the warp can see
-  // (short images of a packed tile, windows).
-  int key_min[2], key_max[2], warp_key_min = INT_MAX, warp_key_max = 0;
-  for (int h = 0; h < 2; ++h) {
-    const int r = warp * 16 + group + 8 * h, token = q_begin + r;
+  // This thread's rows (slots; see kSlots): the keys each may see; and the keys any row of the
+  // warp may see, to skip 16-key slabs no row of the warp can see (packed tiles, windows).
+  auto row_of = [&](int slot) { return warp * Config::kWarpRows + slot / 2 * 16 + group + 8 * (slot % 2); };
+  int key_min[kSlots], key_max[kSlots], warp_key_min = INT_MAX, warp_key_max = 0;
+#pragma unroll
+  for (int h = 0; h < kSlots; ++h) {
+    const int r = row_of(h), token = q_begin + r;
     int lo = span_begin, hi = span_end;
     if (packed) {
       for (int image = item.first_image; image < item.end_image; ++image) {
@@ -149,12 +155,18 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimPad>::kThreads)
   // Running max (log2 domain) and this lane's share of the running sum, per row; a sink is
   // one more logit in every row's softmax, counted once (by the quad's first lane).
   const float sink = p.sinks ? p.sinks[head * p.sinks_stride] * kLog2e : -INFINITY;
-  float row_max[2] = {sink, sink};
-  float row_sum[2] = {p.sinks && quad == 0 ? 1.0f : 0.0f, p.sinks && quad == 0 ? 1.0f : 0.0f};
-  float o[D / 8][4];
-  for (int d = 0; d < D / 8; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
-  uint32_t q_frag[Config::kQInRegisters ? D / 16 : 1][4];
-  const T* q_warp = q_tile + (warp * 16 + lane % 16) * kPitch + lane / 16 * 8;  // ldmatrix rows
+  float row_max[kSlots], row_sum[kSlots];
+#pragma unroll
+  for (int h = 0; h < kSlots; ++h) row_max[h] = sink, row_sum[h] = p.sinks && quad == 0 ? 1.0f : 0.0f;
+  float o[kMTiles][D / 8][4];
+#pragma unroll
+  for (int m = 0; m < kMTiles; ++m) {
+#pragma unroll
+    for (int d = 0; d < D / 8; ++d) o[m][d][0] = o[m][d][1] = o[m][d][2] = o[m][d][3] = 0.0f;
+  }
+  uint32_t q_frag[Config::kQInRegisters ? kMTiles : 1][Config::kQInRegisters ? D / 16 : 1][4];
+  // This lane's ldmatrix row of m-tile 0 (m-tile m is 16 m rows further).
+  const T* q_warp = q_tile + (warp * Config::kWarpRows + lane % 16) * kPitch + lane / 16 * 8;
 
   for (int kb = key_begin; kb < key_end; kb += BN) {
     if (kb == key_begin) {
@@ -163,14 +175,17 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimPad>::kThreads)
     } else {
       cp_async_wait_all();
       __syncthreads();  // K of this block landed; every warp is done with the last V
-      load_tile<T, D, BN>(v_tile, v, kb, min(BN, key_end - kb), p.v_token_stride, v_head_offset, p.head_dim,
+      load_tile<T, Config, BN>(v_tile, v, kb, min(BN, key_end - kb), p.v_token_stride, v_head_offset, p.head_dim,
                           p.vector_io);
       cp_async_commit();
     }
     if constexpr (Config::kQInRegisters) {
       if (kb == key_begin) {
 #pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(q_frag[kk], q_warp + kk * 16);
+        for (int m = 0; m < kMTiles; ++m) {
+#pragma unroll
+          for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(q_frag[m][kk], q_warp + m * 16 * kPitch + kk * 16);
+        }
       }
     }
 
@@ -186,20 +201,27 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimPad>::kThreads)
     const bool masked = packed || windowed || kb + BN > key_end;
     const bool full = !masked && kb >= warp_key_min && kb + BN <= warp_key_max;
 
-    // S (16 rows x BN keys per warp) = Q Kᵀ, scaled to the log2 domain and masked.
-    // Element e of s[n] is row group + 8 (e / 2), key kb + 8 n + 2 quad + e % 2.
-    float s[BN / 8][4];
+    // S (kWarpRows rows x BN keys per warp) = Q Kᵀ, scaled to the log2 domain and masked.
+    // Element e of s[m][n] is slot 2 m + e / 2, key kb + 8 n + 2 quad + e % 2.
+    float s[kMTiles][BN / 8][4];
     auto scores = [&](auto full_block) {
       constexpr bool kFull = decltype(full_block)::value;
 #pragma unroll
-      for (int n = 0; n < BN / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+      for (int m = 0; m < kMTiles; ++m) {
+#pragma unroll
+        for (int n = 0; n < BN / 8; ++n) s[m][n][0] = s[m][n][1] = s[m][n][2] = s[m][n][3] = 0.0f;
+      }
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t a[4];
-        if constexpr (Config::kQInRegisters) {
-          a[0] = q_frag[kk][0], a[1] = q_frag[kk][1], a[2] = q_frag[kk][2], a[3] = q_frag[kk][3];
-        } else {
-          ldmatrix_x4(a, q_warp + kk * 16);
+        uint32_t a[kMTiles][4];
+#pragma unroll
+        for (int m = 0; m < kMTiles; ++m) {
+          if constexpr (Config::kQInRegisters) {
+            a[m][0] = q_frag[m][kk][0], a[m][1] = q_frag[m][kk][1];
+            a[m][2] = q_frag[m][kk][2], a[m][3] = q_frag[m][kk][3];
+          } else {
+            ldmatrix_x4(a[m], q_warp + m * 16 * kPitch + kk * 16);
+          }
         }
         uint32_t b[BN / 16][4];
 #pragma unroll
@@ -211,18 +233,24 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimPad>::kThreads)
 #pragma unroll
         for (int n2 = 0; n2 < BN / 16; ++n2) {
           if (kFull || live(n2)) {
-            mma_16x8x16<T>(s[2 * n2], a, b[n2][0], b[n2][1]);
-            mma_16x8x16<T>(s[2 * n2 + 1], a, b[n2][2], b[n2][3]);
+#pragma unroll
+            for (int m = 0; m < kMTiles; ++m) {
+              mma_16x8x16<T>(s[m][2 * n2], a[m], b[n2][0], b[n2][1]);
+              mma_16x8x16<T>(s[m][2 * n2 + 1], a[m], b[n2][2], b[n2][3]);
+            }
           }
         }
       }
 #pragma unroll
-      for (int n = 0; n < BN / 8; ++n) {
+      for (int m = 0; m < kMTiles; ++m) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int h = e / 2, key = kb + 8 * n + 2 * quad + e % 2;
-          s[n][e] *= p.scale_log2;
-          if (!kFull && (!live(n / 2) || key < key_min[h] || key >= key_max[h])) s[n][e] = -INFINITY;
+        for (int n = 0; n < BN / 8; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int h = 2 * m + e / 2, key = kb + 8 * n + 2 * quad + e % 2;
+            s[m][n][e] *= p.scale_log2;
+            if (!kFull && (!live(n / 2) || key < key_min[h] || key >= key_max[h])) s[m][n][e] = -INFINITY;
+          }
         }
       }
     };
@@ -233,15 +261,19 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimPad>::kThreads)
     }
 
     // Online softmax.
-    float block_max[2] = {-INFINITY, -INFINITY};
+    float block_max[kSlots], row_scale[kSlots], row_base[kSlots];
 #pragma unroll
-    for (int n = 0; n < BN / 8; ++n) {
-      block_max[0] = fmaxf(block_max[0], fmaxf(s[n][0], s[n][1]));
-      block_max[1] = fmaxf(block_max[1], fmaxf(s[n][2], s[n][3]));
+    for (int h = 0; h < kSlots; ++h) block_max[h] = -INFINITY;
+#pragma unroll
+    for (int m = 0; m < kMTiles; ++m) {
+#pragma unroll
+      for (int n = 0; n < BN / 8; ++n) {
+        block_max[2 * m] = fmaxf(block_max[2 * m], fmaxf(s[m][n][0], s[m][n][1]));
+        block_max[2 * m + 1] = fmaxf(block_max[2 * m + 1], fmaxf(s[m][n][2], s[m][n][3]));
+      }
     }
-    float row_scale[2], row_base[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
+    for (int h = 0; h < kSlots; ++h) {
       block_max[h] = fmaxf(block_max[h], __shfl_xor_sync(0xffffffffu, block_max[h], 1));
       block_max[h] = fmaxf(block_max[h], __shfl_xor_sync(0xffffffffu, block_max[h], 2));
       const float new_max = fmaxf(row_max[h], block_max[h]);
@@ -251,23 +283,26 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimPad>::kThreads)
       row_sum[h] *= row_scale[h];
     }
 #pragma unroll
-    for (int n = 0; n < BN / 8; ++n) {
+    for (int m = 0; m < kMTiles; ++m) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[n][e] = exp2_fast(s[n][e] - row_base[e / 2]);
-        row_sum[e / 2] += s[n][e];
+      for (int n = 0; n < BN / 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[m][n][e] = exp2_fast(s[m][n][e] - row_base[2 * m + e / 2]);
+          row_sum[2 * m + e / 2] += s[m][n][e];
+        }
       }
-    }
 #pragma unroll
-    for (int d = 0; d < D / 8; ++d) {
-      o[d][0] *= row_scale[0], o[d][1] *= row_scale[0];
-      o[d][2] *= row_scale[1], o[d][3] *= row_scale[1];
+      for (int d = 0; d < D / 8; ++d) {
+        o[m][d][0] *= row_scale[2 * m], o[m][d][1] *= row_scale[2 * m];
+        o[m][d][2] *= row_scale[2 * m + 1], o[m][d][3] *= row_scale[2 * m + 1];
+      }
     }
 
     cp_async_wait_all();
     __syncthreads();  // V landed; every warp is done with K
     if (kb + BN < key_end) {
-      load_tile<T, D, BN>(k_tile, k, kb + BN, min(BN, key_end - kb - BN), p.k_token_stride, k_head_offset,
+      load_tile<T, Config, BN>(k_tile, k, kb + BN, min(BN, key_end - kb - BN), p.k_token_stride, k_head_offset,
                           p.head_dim, p.vector_io);
       cp_async_commit();
     }
@@ -279,15 +314,23 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimPad>::kThreads)
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk) {
         if (!kFull && !live(kk)) continue;  // P is zero there
-        const uint32_t a[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]),
-                               pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                               pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        uint32_t a[kMTiles][4];
+#pragma unroll
+        for (int m = 0; m < kMTiles; ++m) {
+          a[m][0] = pack2<T>(s[m][2 * kk][0], s[m][2 * kk][1]);
+          a[m][1] = pack2<T>(s[m][2 * kk][2], s[m][2 * kk][3]);
+          a[m][2] = pack2<T>(s[m][2 * kk + 1][0], s[m][2 * kk + 1][1]);
+          a[m][3] = pack2<T>(s[m][2 * kk + 1][2], s[m][2 * kk + 1][3]);
+        }
 #pragma unroll
         for (int d2 = 0; d2 < D / 16; ++d2) {
           uint32_t b[4];
           ldmatrix_x4_trans(b, v_tile + (kk * 16 + lane % 8 + lane / 8 % 2 * 8) * kPitch + d2 * 16 + lane / 16 * 8);
-          mma_16x8x16<T>(o[2 * d2], a, b[0], b[1]);
-          mma_16x8x16<T>(o[2 * d2 + 1], a, b[2], b[3]);
+#pragma unroll
+          for (int m = 0; m < kMTiles; ++m) {
+            mma_16x8x16<T>(o[m][2 * d2], a[m], b[0], b[1]);
+            mma_16x8x16<T>(o[m][2 * d2 + 1], a[m], b[2], b[3]);
+          }
         }
       }
     };
@@ -299,20 +342,21 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimPad>::kThreads)
   }
 
   // out = O / l, staged through the Q tile so that the stores are whole rows.
+  float inverse[kSlots];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
+  for (int h = 0; h < kSlots; ++h) {
     row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
     row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
+    inverse[h] = row_sum[h] > 0.0f ? 1.0f / row_sum[h] : 0.0f;
   }
-  const float inverse[2] = {row_sum[0] > 0.0f ? 1.0f / row_sum[0] : 0.0f,
-                            row_sum[1] > 0.0f ? 1.0f / row_sum[1] : 0.0f};
   __syncthreads();  // every warp is done reading Q, K and V
 #pragma unroll
-  for (int d = 0; d < D / 8; ++d) {
+  for (int h = 0; h < kSlots; ++h) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      *reinterpret_cast<uint32_t*>(q_tile + (warp * 16 + group + 8 * h) * kPitch + d * 8 + 2 * quad) =
-          pack2<T>(o[d][2 * h] * inverse[h], o[d][2 * h + 1] * inverse[h]);
+    for (int d = 0; d < D / 8; ++d) {
+      const float* acc = o[h / 2][d] + 2 * (h % 2);
+      *reinterpret_cast<uint32_t*>(q_tile + row_of(h) * kPitch + d * 8 + 2 * quad) =
+          pack2<T>(acc[0] * inverse[h], acc[1] * inverse[h]);
     }
   }
   __syncthreads();
@@ -334,8 +378,8 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimPad>::kThreads)
   }
   // lse = ln 2 · (m + log2 l), by the quad's first lane.
   if (p.lse && quad == 0) {
-    for (int h = 0; h < 2; ++h) {
-      const int r = warp * 16 + group + 8 * h;
+    for (int h = 0; h < kSlots; ++h) {
+      const int r = row_of(h);
       if (r < rows) {
         p.lse[head * p.lse_head_stride + int64_t(q_begin + r) * p.lse_token_stride] =
             (row_max[h] + log2f(row_sum[h])) * 0.6931471805599453f;

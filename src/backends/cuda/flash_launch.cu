@@ -3,16 +3,19 @@
 #include "backends/cuda/flash_fwd.cuh"
 #include "backends/cuda/flash_params.h"
 
+#include <cstdlib>
+#include <string_view>
+
 namespace visattn::cuda {
 
 namespace {
 
-template <typename T, int kHeadDimPad>
-cudaError_t launch(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
-  using Config = TileConfig<kHeadDimPad>;
+template <typename T, int kHeadDimPad, int kMTiles>
+cudaError_t launch_tiles(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
+  using Config = TileConfig<kHeadDimPad, kMTiles>;
   constexpr size_t shared = Config::template shared_bytes<T>();
   static_assert(shared <= 99 * 1024, "the tiles must fit the shared memory of every sm80+ GPU");
-  auto kernel = flash_fwd_kernel<T, kHeadDimPad>;
+  auto kernel = flash_fwd_kernel<T, kHeadDimPad, kMTiles>;
   const cudaError_t status =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
   if (status != cudaSuccess) return status;
@@ -22,6 +25,20 @@ cudaError_t launch(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
   if (carveout != cudaSuccess) return carveout;
   kernel<<<grid, Config::kThreads, shared, stream>>>(kp);
   return cudaGetLastError();
+}
+
+// Rows per warp: 32 (two m-tiles) where the registers allow, if asked (experiment: the env
+// variable VISATTN_CUDA_ROWS_PER_WARP=32), else 16.
+template <typename T, int kHeadDimPad>
+cudaError_t launch(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
+  static const bool two = [] {
+    const char* rows = std::getenv("VISATTN_CUDA_ROWS_PER_WARP");
+    return rows && std::string_view(rows) == "32";
+  }();
+  if constexpr (kHeadDimPad <= 128) {
+    if (two) return launch_tiles<T, kHeadDimPad, 2>(kp, grid, stream);
+  }
+  return launch_tiles<T, kHeadDimPad, 1>(kp, grid, stream);
 }
 
 // The one runtime-to-template dispatch: dtype x padded head dim.
