@@ -28,6 +28,13 @@ def median_ms(fn):
     return tt.do_bench(fn, warmup=10, rep=60, return_mode="median")
 
 
+def copy_tbps():
+    """Device memory bandwidth: read + write of a 2 GiB copy."""
+    x = torch.empty(2 << 30, dtype=torch.uint8, device="cuda")
+    y = torch.empty_like(x)
+    return 2 * x.numel() / median_ms(lambda: y.copy_(x)) / 1e9
+
+
 def gemm_bf16_tflops():
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     b = torch.randn_like(a)
@@ -149,10 +156,11 @@ def main():
     backends = [b for b in BACKENDS if not args.backends or b[0] in args.backends.split(",")]
 
     torch.manual_seed(0)
-    gemm = gemm_bf16_tflops()
+    gemm, bandwidth = gemm_bf16_tflops(), copy_tbps()
     machine = {"gpu": torch.cuda.get_device_name(), "host": platform.node(), "torch": torch.__version__,
                "cudnn": torch.backends.cudnn.version(), "visattn": visattn.__version__}
-    print(f"# {machine}\n# bf16 GEMM ceiling {gemm:.0f} TFLOP/s (8192^3, same run)", flush=True)
+    print(f"# {machine}\n# ceilings (same run): bf16 GEMM {gemm:.0f} TFLOP/s (8192^3), copy {bandwidth:.2f} TB/s",
+          flush=True)
     print(f"{'workload':26}" + "".join(f"{name.removeprefix('peer:')[:16]:>17}" for name, _ in backends))
     results = []
     for spec in specs:
@@ -180,7 +188,7 @@ def main():
     print("(TFLOP/s, median)")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"machine": machine, "ceilings": {"gemm_bf16_tflops": gemm}, "results": results}, f, indent=1)
+            json.dump({"machine": machine, "ceilings": {"gemm_bf16_tflops": gemm, "copy_tbps": bandwidth}, "results": results}, f, indent=1)
 
 
 if __name__ == "__main__":
