@@ -5,11 +5,10 @@
 //   Q fragments stay in registers (head dims up to 128) or are re-read from shared memory (256);
 //   S = Q·Kᵀ is accumulated in registers, scaled, masked and exponentiated there (online
 //   softmax, log2 domain), turned into the A operand of P·V without leaving registers, and O
-//   accumulates in registers; only K and V tiles pass through shared memory, double-buffered
-//   and loaded with cp.async, so that the next key block arrives while the tensor cores work
-//   on this one (one barrier per key block; see TileConfig::kStages for head dim 256). The
-//   first block's K and V are asked for with Q: a tile of one key block (short images, packed
-//   tiles) waits for memory once.
+//   accumulates in registers; only K and V tiles pass through shared memory, loaded with
+//   cp.async so that V of this block and K of the next arrive while the tensor cores work
+//   (V of the first block is asked for with Q and K: a tile of one key block, the common case
+//   of short images, waits for memory once).
 // head_dim runs at its own size rounded up to the MMA granularity of 16 (72 -> 80). Tiles whose
 // images are shorter than the tile hold several whole images ("packed") and mask by image.
 #pragma once
@@ -39,10 +38,6 @@ struct TileConfig {
   // Shared-memory row pitch in elements: 16 bytes past the row, so that the 8 rows one
   // ldmatrix reads start in 8 different bank groups for every head dim (no conflicts).
   static constexpr int kPitch = kHeadDimPad + 8;
-  // K and V tiles double-buffered (the next block's arrive during this block's work) where
-  // shared memory allows (<= 99 KB, what sm86/sm89 give a block); at head dim 256, one K and
-  // one V tile: V of a block arrives during Q·Kᵀ, K of the next during P·V.
-  static constexpr int kStages = kHeadDimPad <= 128 ? 2 : 1;
   // Q as mma fragments in registers for the whole block (else re-read from shared memory).
   static constexpr bool kQInRegisters = kHeadDimPad * kMTiles <= 128;
   static_assert(kHeadDimPad % 16 == 0 && kHeadDimPad <= 256, "head dim tile");
@@ -50,7 +45,7 @@ struct TileConfig {
 
   template <typename T>
   static constexpr size_t shared_bytes() {
-    return sizeof(T) * size_t(kRows + 2 * kStages * kKeys) * kPitch;  // Q, K and V stages
+    return sizeof(T) * size_t(kRows + 2 * kKeys) * kPitch;  // Q, K, V
   }
 };
 
@@ -97,8 +92,8 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimPad, kMTiles>::kThreads)
 
   extern __shared__ __align__(128) unsigned char shared[];
   T* q_tile = reinterpret_cast<T*>(shared);
-  T* k_tiles = q_tile + BM * kPitch;                   // kStages tiles
-  T* v_tiles = k_tiles + Config::kStages * BN * kPitch;  // kStages tiles
+  T* k_tile = q_tile + BM * kPitch;
+  T* v_tile = k_tile + BN * kPitch;
 
   // Block b is in the group of tile b / heads (the group's blocks are consecutive: its tiles x
   // heads); within the group, head-major.
@@ -126,19 +121,13 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimPad, kMTiles>::kThreads)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = lane / 4, quad = lane % 4;  // mma fragment coordinates
 
-  auto load_k = [&](int first, int stage) {
-    load_tile<T, Config, BN>(k_tiles + stage * BN * kPitch, k, first, min(BN, key_end - first), p.k_token_stride,
-                             k_head_offset, p.head_dim, p.vector_io);
-  };
-  auto load_v = [&](int first, int stage) {
-    load_tile<T, Config, BN>(v_tiles + stage * BN * kPitch, v, first, min(BN, key_end - first), p.v_token_stride,
-                             v_head_offset, p.head_dim, p.vector_io);
-  };
   load_tile<T, Config, BM>(q_tile, q, q_begin, rows, p.q_token_stride, head * p.q_head_stride, p.head_dim,
-                           p.vector_io);
-  load_k(key_begin, 0);
-  if constexpr (Config::kStages == 1) cp_async_commit();  // Q and K first, then V
-  load_v(key_begin, 0);
+                      p.vector_io);
+  load_tile<T, Config, BN>(k_tile, k, key_begin, min(BN, key_end - key_begin), p.k_token_stride, k_head_offset,
+                      p.head_dim, p.vector_io);
+  cp_async_commit();
+  load_tile<T, Config, BN>(v_tile, v, key_begin, min(BN, key_end - key_begin), p.v_token_stride, v_head_offset,
+                      p.head_dim, p.vector_io);
   cp_async_commit();
 
   // This thread's rows (slots; see kSlots): the keys each may see; and the keys any row of the
@@ -179,24 +168,15 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimPad, kMTiles>::kThreads)
   // This lane's ldmatrix row of m-tile 0 (m-tile m is 16 m rows further).
   const T* q_warp = q_tile + (warp * Config::kWarpRows + lane % 16) * kPitch + lane / 16 * 8;
 
-  for (int kb = key_begin, stage = 0; kb < key_end; kb += BN, stage ^= Config::kStages - 1) {
-    const T* k_tile = k_tiles + stage * BN * kPitch;
-    const T* v_tile = v_tiles + stage * BN * kPitch;
-    if constexpr (Config::kStages == 2) {
-      cp_async_wait_all();
-      __syncthreads();  // this block's K and V landed; every warp is done with the other stage
-      if (kb + BN < key_end) {
-        load_k(kb + BN, stage ^ 1);
-        load_v(kb + BN, stage ^ 1);
-        cp_async_commit();
-      }
-    } else if (kb == key_begin) {
+  for (int kb = key_begin; kb < key_end; kb += BN) {
+    if (kb == key_begin) {
       cp_async_wait_all_but_newest();  // Q and K; V may still be on its way
       __syncthreads();
     } else {
       cp_async_wait_all();
       __syncthreads();  // K of this block landed; every warp is done with the last V
-      load_v(kb, 0);
+      load_tile<T, Config, BN>(v_tile, v, kb, min(BN, key_end - kb), p.v_token_stride, v_head_offset, p.head_dim,
+                          p.vector_io);
       cp_async_commit();
     }
     if constexpr (Config::kQInRegisters) {
@@ -319,13 +299,12 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimPad, kMTiles>::kThreads)
       }
     }
 
-    if constexpr (Config::kStages == 1) {
-      cp_async_wait_all();
-      __syncthreads();  // V landed; every warp is done with K
-      if (kb + BN < key_end) {
-        load_k(kb + BN, 0);
-        cp_async_commit();
-      }
+    cp_async_wait_all();
+    __syncthreads();  // V landed; every warp is done with K
+    if (kb + BN < key_end) {
+      load_tile<T, Config, BN>(k_tile, k, kb + BN, min(BN, key_end - kb - BN), p.k_token_stride, k_head_offset,
+                          p.head_dim, p.vector_io);
+      cp_async_commit();
     }
 
     // O += P V, P straight from the S registers (the accumulator layout of two n-blocks is
