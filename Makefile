@@ -77,7 +77,7 @@ fuzz: deps
 	cmake --build $(BUILD)-fuzz -j $(JOBS) --target fuzz_attention_args
 	mkdir -p $(BUILD)-fuzz/corpus
 	$(BUILD)-fuzz/tests/fuzz/fuzz_attention_args -max_total_time=$(FUZZ_SECONDS) \
-	  -print_final_stats=1 -artifact_prefix=$(BUILD)-fuzz/ $(BUILD)-fuzz/corpus
+	  -print_final_stats=1 -artifact_prefix=$(BUILD)-fuzz/ $(BUILD)-fuzz/corpus tests/fuzz/corpus
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-sanitize $(BUILD)-fuzz build-python

@@ -218,11 +218,13 @@ class FlashKernel {
     const float scale2 = float(p.softmax_scale * 1.4426950408889634);
     const float sink2 = p.sinks ? p.sinks[head * p.sinks_stride] * log2e : 0.0f;
 
-    const float* staged = s.q_rows.data() + int64_t(head - item.head_begin) * kGroupRows * g.d_t;
+    // The staged q rows of this head (formats that read q from the tensor stage nothing).
+    const float* staged =
+        Mma::kStagedQ ? s.q_rows.data() + int64_t(head - item.head_begin) * kGroupRows * g.d_t : nullptr;
     for (int64_t q0 = r0; q0 < r0 + group_rows; q0 += BM) {
       const int rows = int(std::min<int64_t>(BM, r0 + group_rows - q0));
       Mma::pack_q(p, g.start + q0, rows, head, BM, Mma::kPack == 1 ? g.d_t : d_pad,
-                  staged + (q0 - r0) * g.d_t, s.q.data());
+                  staged ? staged + (q0 - r0) * g.d_t : nullptr, s.q.data());
       std::fill(s.m, s.m + BM, p.sinks ? sink2 : -std::numeric_limits<float>::infinity());
       std::fill(s.l, s.l + BM, p.sinks ? 1.0f : 0.0f);
       std::fill(s.o.begin(), s.o.end(), 0.0f);
