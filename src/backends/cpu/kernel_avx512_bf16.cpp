@@ -29,14 +29,34 @@ struct Bf16PairMma {
   }
 
   static constexpr bool kStagedQ = false;  // reads q straight from the tensor, as bf16
-  // qa[c/2][i] = (Q[i][c], Q[i][c+1]).
+  // qa[c/2][i] = (Q[i][c], Q[i][c+1]): a transpose of 32-bit pairs, 16 rows x 16 pairs at a
+  // time through two 1 KB blocks (masked loads: nothing is read past head_dim).
   static void pack_q(const AttentionParams& p, int64_t token, int rows, int head, int bm,
                      int d_pad, const float*, Elem* qa) {
-    std::fill(qa, qa + int64_t(d_pad / 2) * bm, 0u);
-    for (int i = 0; i < rows; ++i) {
-      const uint16_t* q = row(p.q, (token + i) * p.q_token_stride + head * p.q_head_stride);
-      for (int c = 0; c + 1 < p.head_dim; c += 2) qa[int64_t(c / 2) * bm + i] = bf16_pair(q[c], q[c + 1]);
-      if (p.head_dim % 2) qa[int64_t(p.head_dim / 2) * bm + i] = q[p.head_dim - 1];
+    const int pair_rows = d_pad / 2;
+    std::fill(qa, qa + int64_t(pair_rows) * bm, 0u);
+    if (p.head_dim % 2 != 0) {  // odd head dims: pairs straddle rows' ends; element by element
+      for (int i = 0; i < rows; ++i) {
+        const uint16_t* q = row(p.q, (token + i) * p.q_token_stride + head * p.q_head_stride);
+        for (int c = 0; c + 1 < p.head_dim; c += 2) qa[int64_t(c / 2) * bm + i] = bf16_pair(q[c], q[c + 1]);
+        qa[int64_t(p.head_dim / 2) * bm + i] = q[p.head_dim - 1];
+      }
+      return;
+    }
+    const int pairs = p.head_dim / 2;
+    alignas(64) uint32_t in[16][16], out[16][16];
+    for (int i0 = 0; i0 < rows; i0 += 16) {
+      for (int c0 = 0; c0 < pairs; c0 += 16) {
+        const __mmask16 cols = pairs - c0 >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (pairs - c0)) - 1);
+        for (int i = 0; i < 16; ++i) {
+          const uint16_t* q = row(p.q, (token + i0 + i) * p.q_token_stride + head * p.q_head_stride) + 2 * c0;
+          _mm512_store_si512(in[i], i0 + i < rows ? _mm512_maskz_loadu_epi32(cols, q) : _mm512_setzero_si512());
+        }
+        Avx512Ops::transpose(reinterpret_cast<const float*>(in[0]), 16, reinterpret_cast<float*>(out[0]), 16);
+        for (int c = 0; c < 16 && c0 + c < pair_rows; ++c) {
+          _mm512_storeu_si512(qa + int64_t(c0 + c) * bm + i0, _mm512_load_si512(out[c]));
+        }
+      }
     }
   }
   // kb[h][j][c/2] = (K[j][c], K[j][c+1]): rows as stored, zero-padded to d_pad, token-major.
@@ -62,8 +82,17 @@ struct Bf16PairMma {
         const int64_t offset = (kv_begin + h) * p.v_head_stride;
         const uint16_t* v0 = row(p.v, (token + j) * p.v_token_stride + offset);
         const uint16_t* v1 = j + 1 < keys ? row(p.v, (token + j + 1) * p.v_token_stride + offset) : nullptr;
-        pack_bf16_row_pairs(v0, v1, p.head_dim, vb + h * per_head + int64_t(j / 2) * d_pad);
+        interleave_rows(v0, v1, p.head_dim, vb + h * per_head + int64_t(j / 2) * d_pad);
       }
+    }
+  }
+  // out[c] = (row0[c], row1[c]) for c < d, 16 at a time; row1 may be null (zeros).
+  static void interleave_rows(const uint16_t* row0, const uint16_t* row1, int d, uint32_t* out) {
+    for (int c = 0; c < d; c += 16) {
+      const __mmask16 m = d - c >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (d - c)) - 1);
+      const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, row0 + c));
+      const __m512i hi = row1 ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, row1 + c)) : _mm512_setzero_si512();
+      _mm512_mask_storeu_epi32(out + c, m, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
     }
   }
   // pa[j/2][i] = (bf16 P[i][j], bf16 P[i][j+1]) for 16 rows at lane offset `lane`.

@@ -49,9 +49,4 @@ inline void store_row(void* base, DType dtype, int64_t offset, const float* src,
 // Two bf16 values as one 32-bit pair (the operand format of vdpbf16ps and AMX tiles).
 inline uint32_t bf16_pair(uint16_t lo, uint16_t hi) { return uint32_t(lo) | uint32_t(hi) << 16; }
 
-// out[c] = (row0[c], row1[c]) for c < d; row1 may be null (the pair's second value is 0).
-inline void pack_bf16_row_pairs(const uint16_t* row0, const uint16_t* row1, int d, uint32_t* out) {
-  for (int c = 0; c < d; ++c) out[c] = bf16_pair(row0[c], row1 ? row1[c] : 0);
-}
-
 }  // namespace visattn::cpu
