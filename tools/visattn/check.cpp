@@ -93,6 +93,11 @@ int run_check(const CheckOptions& options) {
       continue;
     }
     const check::CaseResult r = check::run_case(spec, backend);
+    if (!r.skipped.empty()) {
+      ++skipped;
+      skip_reasons.insert(r.skipped);
+      continue;
+    }
     coverage.add(spec);
     if (r.verdict.passed) {
       ++passed;
