@@ -204,6 +204,16 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimPad, kMTiles>::kThreads)
     // S (kWarpRows rows x BN keys per warp) = Q Kᵀ, scaled to the log2 domain and masked.
     // Element e of s[m][n] is slot 2 m + e / 2, key kb + 8 n + 2 quad + e % 2.
     float s[kMTiles][BN / 8][4];
+    auto each_score = [](auto&& f) {
+#pragma unroll
+      for (int m = 0; m < kMTiles; ++m) {
+#pragma unroll
+        for (int n = 0; n < BN / 8; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) f(m, n, e);
+        }
+      }
+    };
     auto scores = [&](auto full_block) {
       constexpr bool kFull = decltype(full_block)::value;
 #pragma unroll
@@ -241,18 +251,11 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimPad, kMTiles>::kThreads)
           }
         }
       }
-#pragma unroll
-      for (int m = 0; m < kMTiles; ++m) {
-#pragma unroll
-        for (int n = 0; n < BN / 8; ++n) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int h = 2 * m + e / 2, key = kb + 8 * n + 2 * quad + e % 2;
-            s[m][n][e] *= p.scale_log2;
-            if (!kFull && (!live(n / 2) || key < key_min[h] || key >= key_max[h])) s[m][n][e] = -INFINITY;
-          }
-        }
-      }
+      each_score([&](int m, int n, int e) {
+        const int h = 2 * m + e / 2, key = kb + 8 * n + 2 * quad + e % 2;
+        s[m][n][e] *= p.scale_log2;
+        if (!kFull && (!live(n / 2) || key < key_min[h] || key >= key_max[h])) s[m][n][e] = -INFINITY;
+      });
     };
     if (full) {
       scores(std::true_type{});
@@ -282,16 +285,12 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimPad, kMTiles>::kThreads)
       row_max[h] = new_max;
       row_sum[h] *= row_scale[h];
     }
+    each_score([&](int m, int n, int e) {
+      s[m][n][e] = exp2_fast(s[m][n][e] - row_base[2 * m + e / 2]);
+      row_sum[2 * m + e / 2] += s[m][n][e];
+    });
 #pragma unroll
     for (int m = 0; m < kMTiles; ++m) {
-#pragma unroll
-      for (int n = 0; n < BN / 8; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s[m][n][e] = exp2_fast(s[m][n][e] - row_base[2 * m + e / 2]);
-          row_sum[2 * m + e / 2] += s[m][n][e];
-        }
-      }
 #pragma unroll
       for (int d = 0; d < D / 8; ++d) {
         o[m][d][0] *= row_scale[2 * m], o[m][d][1] *= row_scale[2 * m];
