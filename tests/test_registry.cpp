@@ -18,6 +18,14 @@ TEST(Registry, ListsReferenceAsAvailable) {
   EXPECT_EQ(it->dtypes.size(), 3u);
 }
 
+// A backend that cannot run here is not asked what it would run (it may have nothing loaded).
+TEST(Registry, UnavailableBackendsCarryAReasonAndNoDetail) {
+  for (const BackendInfo& b : backends()) {
+    EXPECT_EQ(b.available, b.unavailable_reason.empty()) << b.name;
+    if (!b.available) EXPECT_TRUE(b.detail.empty()) << b.name << ": " << b.detail;
+  }
+}
+
 TEST(Registry, AutoPicksTheHighestPriorityCpuBackend) {
   const Backend* best = nullptr;
   for (const Backend& b : backend_table()) {

@@ -130,9 +130,9 @@ std::vector<BackendInfo> backends() {
   std::vector<BackendInfo> result;
   for (const Backend& b : backend_table()) {
     std::string reason = b.unavailable_reason();
-    result.push_back({b.name, b.description, b.device, reason.empty(), std::move(reason),
-                      b.dtypes, b.head_dims, b.max_head_dim,
-                      b.detail && reason.empty() ? b.detail() : std::string()});
+    const bool available = reason.empty();  // before `reason` is moved from
+    result.push_back({b.name, b.description, b.device, available, std::move(reason), b.dtypes, b.head_dims,
+                      b.max_head_dim, b.detail && available ? b.detail() : std::string()});
   }
   return result;
 }
