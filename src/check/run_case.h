@@ -12,7 +12,6 @@ namespace visattn::check {
 struct CaseResult {
   CaseSpec spec;
   Verdict verdict;
-  std::string skipped;  // the backend declined the case (an option it does not take): why
 };
 
 // Builds the case's data, runs `backend` on it and the oracle beside it, and judges the
@@ -21,7 +20,6 @@ struct CaseResult {
 CaseResult run_case(const CaseSpec& spec, std::string_view backend);
 
 // Why `backend` cannot run this case (a dtype or head dim it does not support), or empty.
-// (Options or strides a backend declines show only when the case runs: CaseResult::skipped.)
 std::string unsupported_by(std::string_view backend, const CaseSpec& spec);
 
 // The command line that reruns exactly this case.

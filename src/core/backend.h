@@ -23,10 +23,6 @@ struct Backend {
   std::string (*detail)();
   // Runs validated params. Never validates user input, never allocates device memory.
   void (*run)(const AttentionParams& params);
-  // Why it declines these validated params (an option, a stride or an alignment it cannot
-  // take), or empty; null: it takes every call of its dtypes and head dims. Checked before
-  // run, so "auto" passes such calls to another backend and an explicit choice fails cleanly.
-  std::string (*declines)(const AttentionParams& params) = nullptr;
 };
 
 // Every backend compiled into this build, in a fixed order.

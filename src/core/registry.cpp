@@ -52,7 +52,6 @@ std::string unsupported_reason(const Backend& backend, const AttentionParams& p)
     os << ")";
     return os.str();
   }
-  if (backend.declines) return backend.declines(p);
   return {};
 }
 
