@@ -19,23 +19,27 @@ int default_num_threads() {
 
 namespace {
 
-// One loop's shared state: items are handed out in order from `next`.
+// One loop's shared state: items are handed out in order from `next`; each thread holds one
+// claimed item ahead of the one it runs.
 struct Loop {
   int64_t count;
-  const std::function<void(int64_t)>* body;
+  const std::function<void(int64_t, int64_t)>* body;
   std::atomic<int64_t> next{0};
   std::exception_ptr error;
   std::mutex error_mutex;
 
   void work() {
-    for (int64_t i = next++; i < count; i = next++) {
+    for (int64_t i = next++; i < count;) {
+      const int64_t ahead = next++;
       try {
-        (*body)(i);
+        (*body)(i, ahead < count ? ahead : -1);
       } catch (...) {
         std::lock_guard lock(error_mutex);
         if (!error) error = std::current_exception();
         next = count;  // stop handing out work
+        return;
       }
+      i = ahead;
     }
   }
 };
@@ -100,6 +104,11 @@ class Pool {
 }  // namespace
 
 void parallel_for(int64_t count, int num_threads, const std::function<void(int64_t)>& body) {
+  parallel_for(count, num_threads, [&body](int64_t item, int64_t) { body(item); });
+}
+
+void parallel_for(int64_t count, int num_threads,
+                  const std::function<void(int64_t item, int64_t next)>& body) {
   Loop loop;
   loop.count = count;
   loop.body = &body;

@@ -19,4 +19,10 @@ int default_num_threads();
 // The first exception is rethrown.
 void parallel_for(int64_t count, int num_threads, const std::function<void(int64_t)>& body);
 
+// As above, but each thread claims its next item before running the current one and passes
+// it as body(item, next) (next = -1 when there is none), so the body can prefetch what the
+// thread reads next while it computes.
+void parallel_for(int64_t count, int num_threads,
+                  const std::function<void(int64_t item, int64_t next)>& body);
+
 }  // namespace visattn

@@ -92,9 +92,11 @@ class FlashKernel {
 
   static void run(const AttentionParams& p, int threads) {
     const std::vector<WorkItem> items = plan_work(p, BM, threads);
-    parallel_for(int64_t(items.size()), threads, [&](int64_t i) {
+    parallel_for(int64_t(items.size()), threads, [&](int64_t i, int64_t next) {
       thread_local Scratch scratch;
-      run_item(p, items[i], scratch);
+      // softmax_block ticks once per key of each block it runs.
+      NextItemPrefetch prefetch(p, next < 0 ? nullptr : &items[next], keys_of(p, items[i]));
+      run_item(p, items[i], prefetch, scratch);
     });
   }
 
@@ -139,7 +141,17 @@ class FlashKernel {
     int64_t kv_stride;                // elements between the packed k (or v) of two kv heads
   };
 
-  static void run_item(const AttentionParams& p, const WorkItem& item, Scratch& s) {
+  // Keys softmax_block walks for an item (query tiles x key blocks x BN), about.
+  static int64_t keys_of(const AttentionParams& p, const WorkItem& item) {
+    const int64_t n = p.cu_seqlens[item.image + 1] - p.cu_seqlens[item.image];
+    const KeyRange tile_keys = visible_keys(p, n, item.row_begin, std::min(n, item.row_begin + BM));
+    const int64_t blocks = (tile_keys.end - tile_keys.begin + BN - 1) / BN;
+    return (item.row_end - item.row_begin + BM - 1) / BM * std::max<int64_t>(blocks, 1) * BN *
+           (item.head_end - item.head_begin);
+  }
+
+  static void run_item(const AttentionParams& p, const WorkItem& item, NextItemPrefetch& next,
+                       Scratch& s) {
     Span g;
     g.start = p.cu_seqlens[item.image];
     g.n = p.cu_seqlens[item.image + 1] - g.start;
@@ -173,7 +185,7 @@ class FlashKernel {
       if (Mma::kStagedQ) stage_q(p, g, item, r0, rows, s);
       for (int head = item.head_begin; head < item.head_end; ++head) {
         const int64_t kv_offset = (head / group - kv_begin) * g.kv_stride;
-        attend_head(p, item, g, head, r0, rows, s.k.data() + kv_offset, s.v.data() + kv_offset, s);
+        attend_head(p, item, g, head, r0, rows, s.k.data() + kv_offset, s.v.data() + kv_offset, next, s);
       }
       for (int i = 0; i < rows; ++i) {
         const int64_t token = g.start + r0 + i;
@@ -210,7 +222,7 @@ class FlashKernel {
   // Rows [r0, r0 + group_rows) of one head; outputs go to out_rows.
   static void attend_head(const AttentionParams& p, const WorkItem& item, const Span& g, int head,
                           int64_t r0, int group_rows, const Elem* k_packed, const Elem* v_packed,
-                          Scratch& s) {
+                          NextItemPrefetch& next, Scratch& s) {
     const int64_t n = g.n, key_begin = g.key_begin;
     const int d_pad = g.d_pad;
     const int64_t wl = p.window_left, wr = p.window_right;
@@ -235,16 +247,19 @@ class FlashKernel {
       const int64_t kb_end = tile_keys.end;
       int64_t kb = key_begin + ((tile_keys.begin - key_begin) & ~int64_t(1));
       for (; kb < kb_end; kb += BN) {
+        // Keys of the block that exist (the last block of an image, short images), in whole
+        // micro-kernel rows; the padding past them is never computed.
+        const int live = int(round_up(std::min<int64_t>(BN, kb_end - kb), kMicroRows));
         const Elem* k_block = k_packed + (kb - key_begin) * d_pad / Mma::kPack;
-        for (int j = 0; j < BN; j += kMicroRows) {
+        for (int j = 0; j < live; j += kMicroRows) {
           micro<kMicroRows>(s.q.data(), d_pad / Mma::kPack, k_block + int64_t(j) * d_pad / Mma::kPack,
                             1, d_pad / Mma::kPack, s.s.data() + int64_t(j) * BM, false);
         }
         const bool full = block_unmasked(p, kb, BN, kb_end, q0, last_row);
-        softmax_block(s, kb - q0, full ? -1 : kb_end - q0, wl, wr, scale2, d_pad);
+        softmax_block(s, live, kb - q0, full ? -1 : kb_end - q0, wl, wr, scale2, d_pad, next);
         const Elem* v_block = v_packed + (kb - key_begin) * d_pad / Mma::kPack;
         for (int c = 0; c < d_pad; c += kMicroRows) {
-          micro<kMicroRows>(s.p.data(), BN / Mma::kPack, v_block + c, d_pad, 1,
+          micro<kMicroRows>(s.p.data(), live / Mma::kPack, v_block + c, d_pad, 1,
                             s.o.data() + int64_t(c) * BM, true);
         }
       }
@@ -253,15 +268,17 @@ class FlashKernel {
   }
 
   // Scales the block's logits, masks what rows cannot see (unless mask_end < 0: all visible),
-  // updates m and l, rescales O and writes P. Key j of the block is key j0 + j relative to the
-  // tile's first row; keys at or past mask_end are outside the image or the tile's window.
-  static void softmax_block(Scratch& s, int64_t j0, int64_t mask_end, int64_t wl, int64_t wr,
-                            float scale2, int d_pad) {
+  // updates m and l, rescales O and writes P, for the block's first `live` keys. Key j of the
+  // block is key j0 + j relative to the tile's first row; keys at or past mask_end are outside
+  // the image or the tile's window.
+  static void softmax_block(Scratch& s, int live, int64_t j0, int64_t mask_end, int64_t wl,
+                            int64_t wr, float scale2, int d_pad, NextItemPrefetch& next) {
     constexpr float inf = std::numeric_limits<float>::infinity();
     const V scale = Ops::set1(scale2);
     V row_max[IV];
     for (int v = 0; v < IV; ++v) row_max[v] = Ops::load(s.m + v * W);
-    for (int j = 0; j < BN; ++j) {
+    for (int j = 0; j < live; ++j) {
+      next.tick();
       const int64_t key = j0 + j;  // relative to the tile's first query
       // Rows i (relative) see this key when key - wr <= i <= key + wl.
       const float lo = key >= mask_end && mask_end >= 0 ? inf : wr < 0 ? -inf : float(key - wr);
@@ -279,7 +296,7 @@ class FlashKernel {
       const V m_use = Ops::finite_or_zero(row_max[v]);
       alpha[v] = Ops::exp2(Ops::sub(m_old, m_use));
       V sum = Ops::zero();
-      for (int j = 0; j < BN; j += 2) {
+      for (int j = 0; j < live; j += 2) {
         const V pj = Ops::exp2(Ops::sub(Ops::load(s.s.data() + j * BM + v * W), m_use));
         const V pj1 = Ops::exp2(Ops::sub(Ops::load(s.s.data() + (j + 1) * BM + v * W), m_use));
         sum = Ops::add(sum, Ops::add(pj, pj1));

@@ -136,46 +136,60 @@ void pack_item(const AttentionParams& p, const WorkItem& item, const Geometry& g
   }
 }
 
-// S = Q · Kᵀ for the query tile q and the block of keys starting at packed column `col`.
-void scores(const Geometry& g, const uint16_t* q, const uint32_t* kt, int64_t col, Scratch& s) {
-  for (int jt = 0; jt < BN / TM; ++jt) {
+// The part of a (query tile, key block) pair that holds real rows and keys: short images and
+// the last block of an image skip their all-padding 16-row halves and 32-key quarters.
+struct Live {
+  int64_t col;  // the block's first key, as a packed (even) column
+  int keys;     // keys computed: the block's keys that exist, rounded up to 32 (<= BN)
+  bool two;     // whether the tile's second 16 rows exist
+};
+
+// S = Q · Kᵀ for the query tile q and the live part of a key block.
+void scores(const Geometry& g, const uint16_t* q, const uint32_t* kt, const Live& b, Scratch& s) {
+  for (int jt = 0; jt < b.keys / TM; ++jt) {
     _tile_zero(0);
-    _tile_zero(1);
+    if (b.two) _tile_zero(1);
     int c = 0;
     for (; c + 32 <= g.d_qk; c += 32) {
       _tile_loadd(2, q + c, g.d_qk * 2);
-      _tile_loadd(3, q + TM * g.d_qk + c, g.d_qk * 2);
-      _tile_loadd(4, kt + int64_t(c / 2) * g.keys_pad + col + jt * TM, g.keys_pad * 4);
+      _tile_loadd(4, kt + int64_t(c / 2) * g.keys_pad + b.col + jt * TM, g.keys_pad * 4);
       _tile_dpbf16ps(0, 2, 4);
-      _tile_dpbf16ps(1, 3, 4);
+      if (b.two) {
+        _tile_loadd(3, q + TM * g.d_qk + c, g.d_qk * 2);
+        _tile_dpbf16ps(1, 3, 4);
+      }
     }
     if (c < g.d_qk) {  // the last 16 of the head dim
       _tile_loadd(5, q + c, g.d_qk * 2);
-      _tile_loadd(6, q + TM * g.d_qk + c, g.d_qk * 2);
-      _tile_loadd(7, kt + int64_t(c / 2) * g.keys_pad + col + jt * TM, g.keys_pad * 4);
+      _tile_loadd(7, kt + int64_t(c / 2) * g.keys_pad + b.col + jt * TM, g.keys_pad * 4);
       _tile_dpbf16ps(0, 5, 7);
-      _tile_dpbf16ps(1, 6, 7);
+      if (b.two) {
+        _tile_loadd(6, q + TM * g.d_qk + c, g.d_qk * 2);
+        _tile_dpbf16ps(1, 6, 7);
+      }
     }
     _tile_stored(0, s.s.data() + jt * TM, BN * 4);
-    _tile_stored(1, s.s.data() + TM * BN + jt * TM, BN * 4);
+    if (b.two) _tile_stored(1, s.s.data() + TM * BN + jt * TM, BN * 4);
   }
 }
 
-// O += P · V for the block whose keys start at packed (even) column `col`.
-void accumulate(const Geometry& g, const uint32_t* vp, int64_t col, Scratch& s) {
+// O += P · V for the live part of a key block.
+void accumulate(const Geometry& g, const uint32_t* vp, const Live& b, Scratch& s) {
   for (int ct = 0; ct < g.d_v / TM; ++ct) {
     float* o = s.o.data() + ct * TM;
     _tile_loadd(0, o, g.d_v * 4);
-    _tile_loadd(1, o + TM * g.d_v, g.d_v * 4);
-    for (int kc = 0; kc < BN / 32; ++kc) {
+    if (b.two) _tile_loadd(1, o + TM * g.d_v, g.d_v * 4);
+    for (int kc = 0; kc < b.keys / 32; ++kc) {
       _tile_loadd(2, s.p.data() + kc * 32, BN * 2);
-      _tile_loadd(3, s.p.data() + TM * BN + kc * 32, BN * 2);
-      _tile_loadd(4, vp + (col / 2 + kc * TM) * g.d_v + ct * TM, g.d_v * 4);
+      _tile_loadd(4, vp + (b.col / 2 + kc * TM) * g.d_v + ct * TM, g.d_v * 4);
       _tile_dpbf16ps(0, 2, 4);
-      _tile_dpbf16ps(1, 3, 4);
+      if (b.two) {
+        _tile_loadd(3, s.p.data() + TM * BN + kc * 32, BN * 2);
+        _tile_dpbf16ps(1, 3, 4);
+      }
     }
     _tile_stored(0, o, g.d_v * 4);
-    _tile_stored(1, o + TM * g.d_v, g.d_v * 4);
+    if (b.two) _tile_stored(1, o + TM * g.d_v, g.d_v * 4);
   }
 }
 
@@ -197,14 +211,14 @@ __m512 reduce_rows(const __m512 (&partial)[TM]) {
 // Online softmax over the block's rows (log2 domain), 16 rows at a time. Keys are relative to
 // the tile's first row: key0 is the block's first key; keys at or past key_end, or outside a
 // row's window, are masked unless `unmasked`.
-void softmax_rows(const AttentionParams& p, const Geometry& g, int64_t key0, int64_t key_end,
-                  bool unmasked, float scale2, Scratch& s) {
+void softmax_rows(const AttentionParams& p, const Geometry& g, const Live& b, int64_t key0,
+                  int64_t key_end, bool unmasked, float scale2, NextItemPrefetch& next, Scratch& s) {
   constexpr float inf = std::numeric_limits<float>::infinity();
   const __m512 scale = _mm512_set1_ps(scale2);
   // Unmasked blocks with a positive scale take the max of the raw scores and fold the scale
   // into the exponent (one FMA), so the scores are read twice and never rewritten.
   const bool fused = unmasked && scale2 > 0;
-  for (int r0 = 0; r0 < BM; r0 += TM) {
+  for (int r0 = 0; r0 < (b.two ? BM : TM); r0 += TM) {
     __m512 partial[TM];
     for (int r = 0; r < TM; ++r) {
       const int i = r0 + r;
@@ -212,7 +226,7 @@ void softmax_rows(const AttentionParams& p, const Geometry& g, int64_t key0, int
       const float lo = p.window_left < 0 ? -inf : float(i - p.window_left);
       const float hi = std::min(p.window_right < 0 ? inf : float(i + p.window_right), float(key_end - 1));
       partial[r] = _mm512_set1_ps(-inf);
-      for (int v = 0; v < BN / 16; ++v) {
+      for (int v = 0; v < b.keys / 16; ++v) {
         float* x_ptr = s.s.data() + i * BN + v * 16;
         __m512 x = _mm512_loadu_ps(x_ptr);
         if (!fused) {
@@ -231,11 +245,12 @@ void softmax_rows(const AttentionParams& p, const Geometry& g, int64_t key0, int
     _mm512_store_ps(alpha, Ops::exp2(_mm512_sub_ps(m_old, m_use)));
     _mm512_store_ps(shift, m_use);
     for (int r = 0; r < TM; ++r) {
+      next.tick();
       const int i = r0 + r;
       const __m512 m = _mm512_set1_ps(shift[r]);
       const __m512 x_scale = fused ? scale : _mm512_set1_ps(1.0f);
       partial[r] = _mm512_setzero_ps();
-      for (int v = 0; v < BN / 16; v += 2) {
+      for (int v = 0; v < b.keys / 16; v += 2) {
         const float* x = s.s.data() + i * BN + v * 16;
         const __m512 p0 = Ops::exp2(_mm512_fmsub_ps(_mm512_loadu_ps(x), x_scale, m));
         const __m512 p1 = Ops::exp2(_mm512_fmsub_ps(_mm512_loadu_ps(x + 16), x_scale, m));
@@ -256,7 +271,7 @@ void softmax_rows(const AttentionParams& p, const Geometry& g, int64_t key0, int
 }
 
 void run_head(const AttentionParams& p, const WorkItem& item, const Geometry& g, int head,
-              const uint32_t* kt, const uint32_t* vp, Scratch& s) {
+              const uint32_t* kt, const uint32_t* vp, NextItemPrefetch& next, Scratch& s) {
   const float log2e = 1.4426950408889634f;
   const float scale2 = float(p.softmax_scale * 1.4426950408889634);
   const float sink2 = p.sinks ? p.sinks[head * p.sinks_stride] * log2e : 0.0f;
@@ -271,11 +286,12 @@ void run_head(const AttentionParams& p, const WorkItem& item, const Geometry& g,
     const KeyRange tile_keys = visible_keys(p, g.n, q0, q0 + rows);
     for (int64_t kb = g.key_begin + ((tile_keys.begin - g.key_begin) & ~int64_t(1));
          kb < tile_keys.end; kb += BN) {
-      const int64_t col = kb - g.key_begin;
-      scores(g, q, kt, col, s);
-      softmax_rows(p, g, kb - q0, tile_keys.end - q0,
-                   block_unmasked(p, kb, BN, tile_keys.end, q0, last_row), scale2, s);
-      accumulate(g, vp, col, s);
+      const Live live{kb - g.key_begin, int(round_up(std::min<int64_t>(BN, tile_keys.end - kb), 32)),
+                      rows > TM};
+      scores(g, q, kt, live, s);
+      softmax_rows(p, g, live, kb - q0, tile_keys.end - q0,
+                   block_unmasked(p, kb, BN, tile_keys.end, q0, last_row), scale2, next, s);
+      accumulate(g, vp, live, s);
     }
 
     for (int i = 0; i < rows; ++i) {
@@ -295,7 +311,16 @@ void run_head(const AttentionParams& p, const WorkItem& item, const Geometry& g,
   }
 }
 
-void run_item(const AttentionParams& p, const WorkItem& item, Scratch& s) {
+// Rows softmax_rows processes for an item (query tiles x key blocks x BM), about.
+int64_t softmax_rows_of(const AttentionParams& p, const WorkItem& item) {
+  const int64_t n = p.cu_seqlens[item.image + 1] - p.cu_seqlens[item.image];
+  const KeyRange tile_keys = visible_keys(p, n, item.row_begin, std::min(n, item.row_begin + BM));
+  const int64_t blocks = (tile_keys.end - tile_keys.begin + BN - 1) / BN;
+  return round_up(item.row_end - item.row_begin, BM) * std::max<int64_t>(blocks, 1) *
+         (item.head_end - item.head_begin);
+}
+
+void run_item(const AttentionParams& p, const WorkItem& item, NextItemPrefetch& next, Scratch& s) {
   Geometry g;
   g.start = p.cu_seqlens[item.image];
   g.n = p.cu_seqlens[item.image + 1] - g.start;
@@ -328,7 +353,7 @@ void run_item(const AttentionParams& p, const WorkItem& item, Scratch& s) {
   pack_item(p, item, g, s);
   for (int head = item.head_begin; head < item.head_end; ++head) {
     const int kv = head / group - g.kv_begin;
-    run_head(p, item, g, head, s.kt.data() + kv * g.kt_stride, s.vp.data() + kv * g.vp_stride, s);
+    run_head(p, item, g, head, s.kt.data() + kv * g.kt_stride, s.vp.data() + kv * g.vp_stride, next, s);
   }
   _tile_release();
 }
@@ -341,9 +366,11 @@ namespace visattn::cpu {
 
 void run_amx(const AttentionParams& p, int threads) {
   const std::vector<WorkItem> items = plan_work(p, amx::BM, threads);
-  parallel_for(int64_t(items.size()), threads, [&](int64_t i) {
+  parallel_for(int64_t(items.size()), threads, [&](int64_t i, int64_t next) {
     thread_local amx::Scratch scratch;
-    amx::run_item(p, items[i], scratch);
+    // softmax_rows ticks once per row of each key block it runs.
+    NextItemPrefetch prefetch(p, next < 0 ? nullptr : &items[next], amx::softmax_rows_of(p, items[i]));
+    amx::run_item(p, items[i], prefetch, scratch);
   });
 }
 

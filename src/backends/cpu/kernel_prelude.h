@@ -14,6 +14,7 @@
 #include <immintrin.h>
 #endif
 
+#include "backends/cpu/prefetch.h"
 #include "backends/cpu/rows.h"
 #include "backends/cpu/work.h"
 #include "core/parallel.h"
