@@ -5,7 +5,8 @@
 # OpenBLAS does not travel: the bench there reports no sgemm ceiling.
 # Knobs (environment): QUICK=1 runs 100 check cases and skips ctest, compute-sanitizer and
 # pytest (kernel iterations); SKIP_CPU_BENCH=1; PROFILE=workload[,..] adds an Nsight Compute
-# report of one cuda kernel launch per workload (ncu.txt); BENCH_ARGS go to bench/gpu_bench.py.
+# report of one cuda kernel launch per workload (ncu.txt); BENCH_ARGS go to bench/gpu_bench.py;
+# VARIANTS (below) benches kernel variants picked by environment variables.
 set -uo pipefail
 OUT=${OUT:-/tmp/visattn-out}
 LOGS=$OUT/logs  # tarred at the end: the device returns at most 8 files
@@ -55,6 +56,16 @@ python3 -m pip install -q --no-build-isolation --no-deps \
 log "gpu bench (cuda backend beside the torch peers, bf16, one process)"
 PYTHONUNBUFFERED=1 python3 bench/gpu_bench.py --workloads bench/public_workloads.json --json "$OUT/bench_gpu.json" ${BENCH_ARGS:-} \
   2> "$LOGS/gpu_bench_err.log" | tee "$OUT/gpu_bench.txt"; tail -5 "$LOGS/gpu_bench_err.log"
+
+# VARIANTS="name:VAR=value[,VAR=value] ...": kernel variants picked by environment variables,
+# each checked (100 cases) and benched (cuda only) into bench_<name>.json.
+for variant in ${VARIANTS:-}; do
+  name=${variant%%:*}; settings=${variant#*:}
+  log "variant $name ($settings)"
+  env ${settings//,/ } build/visattn check --backend cuda --cases 100 --seed 11 > "$LOGS/check_$name.log" 2>&1; tail -1 "$LOGS/check_$name.log" | tee -a "$OUT/summary.txt"
+  env ${settings//,/ } PYTHONUNBUFFERED=1 python3 bench/gpu_bench.py --workloads bench/public_workloads.json --backends cuda \
+    --json "$OUT/bench_$name.json" 2>> "$LOGS/gpu_bench_err.log" | tee -a "$OUT/summary.txt"
+done
 
 if [ -n "${PROFILE:-}" ]; then
   log "ncu: one cuda kernel launch of $PROFILE"

@@ -27,7 +27,10 @@ namespace visattn::cuda {
 
 // kMTiles: 16-row m-tiles per warp. Two halve the ldmatrix traffic per MMA (each K or V
 // fragment feeds both) at the price of twice the accumulator registers.
-template <int kHeadDimPad, int kMTiles>
+// kStages: K/V buffers. One: V of a block loads during its Q·Kᵀ and K of the next during its
+// P·V (two barriers a block). Two: the next block's K and V load into the other buffer during
+// the whole of this block (one barrier a block, twice the K/V shared memory).
+template <int kHeadDimPad, int kMTiles, int kStages = 1>
 struct TileConfig {
   static constexpr int kRows = kTileRows;  // query rows per block
   static constexpr int kWarpRows = 16 * kMTiles;
@@ -42,10 +45,11 @@ struct TileConfig {
   static constexpr bool kQInRegisters = kHeadDimPad * kMTiles <= 128;
   static_assert(kHeadDimPad % 16 == 0 && kHeadDimPad <= 256, "head dim tile");
   static_assert(kMTiles == 1 || kHeadDimPad <= 128, "two m-tiles of O at head dim 256 exceed the registers");
+  static_assert(kStages == 1 || kStages == 2, "one or two K/V buffers");
 
   template <typename T>
   static constexpr size_t shared_bytes() {
-    return sizeof(T) * size_t(kRows + 2 * kKeys) * kPitch;  // Q, K, V
+    return sizeof(T) * size_t(kRows + 2 * kStages * kKeys) * kPitch;  // Q, K and V per stage
   }
 };
 
@@ -82,18 +86,18 @@ __device__ inline void load_tile(T* tile, const T* base, int64_t first, int vali
   }
 }
 
-template <typename T, int kHeadDimPad, int kMTiles>
-__global__ void __launch_bounds__(TileConfig<kHeadDimPad, kMTiles>::kThreads)
+template <typename T, int kHeadDimPad, int kMTiles, int kStages>
+__global__ void __launch_bounds__(TileConfig<kHeadDimPad, kMTiles, kStages>::kThreads)
     flash_fwd_kernel(const KernelParams p) {
-  using Config = TileConfig<kHeadDimPad, kMTiles>;
+  using Config = TileConfig<kHeadDimPad, kMTiles, kStages>;
   constexpr int kSlots = 2 * kMTiles;  // rows per lane: slot h is row 16 (h / 2) + group + 8 (h % 2)
   constexpr int BM = Config::kRows, BN = Config::kKeys, D = kHeadDimPad, kPitch = Config::kPitch;
   constexpr float kLog2e = 1.4426950408889634f;
 
   extern __shared__ __align__(128) unsigned char shared[];
   T* q_tile = reinterpret_cast<T*>(shared);
-  T* k_tile = q_tile + BM * kPitch;
-  T* v_tile = k_tile + BN * kPitch;
+  T* k_tiles = q_tile + BM * kPitch;              // [kStages][BN][kPitch]
+  T* v_tiles = k_tiles + kStages * BN * kPitch;  // [kStages][BN][kPitch]
 
   // Block b is in the group of tile b / heads (the group's blocks are consecutive: its tiles x
   // heads); within the group, head-major.
@@ -121,13 +125,20 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimPad, kMTiles>::kThreads)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = lane / 4, quad = lane % 4;  // mma fragment coordinates
 
+  // K and V of the block at key kb into buffer `stage`.
+  auto load_k = [&](int stage, int kb) {
+    load_tile<T, Config, BN>(k_tiles + stage * BN * kPitch, k, kb, min(BN, key_end - kb), p.k_token_stride,
+                             k_head_offset, p.head_dim, p.vector_io);
+  };
+  auto load_v = [&](int stage, int kb) {
+    load_tile<T, Config, BN>(v_tiles + stage * BN * kPitch, v, kb, min(BN, key_end - kb), p.v_token_stride,
+                             v_head_offset, p.head_dim, p.vector_io);
+  };
   load_tile<T, Config, BM>(q_tile, q, q_begin, rows, p.q_token_stride, head * p.q_head_stride, p.head_dim,
-                      p.vector_io);
-  load_tile<T, Config, BN>(k_tile, k, key_begin, min(BN, key_end - key_begin), p.k_token_stride, k_head_offset,
-                      p.head_dim, p.vector_io);
+                           p.vector_io);
+  load_k(0, key_begin);
   cp_async_commit();
-  load_tile<T, Config, BN>(v_tile, v, key_begin, min(BN, key_end - key_begin), p.v_token_stride, v_head_offset,
-                      p.head_dim, p.vector_io);
+  load_v(0, key_begin);
   cp_async_commit();
 
   // This thread's rows (slots; see kSlots): the keys each may see; and the keys any row of the
@@ -168,15 +179,24 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimPad, kMTiles>::kThreads)
   // This lane's ldmatrix row of m-tile 0 (m-tile m is 16 m rows further).
   const T* q_warp = q_tile + (warp * Config::kWarpRows + lane % 16) * kPitch + lane / 16 * 8;
 
-  for (int kb = key_begin; kb < key_end; kb += BN) {
-    if (kb == key_begin) {
+  for (int kb = key_begin, stage = 0; kb < key_end; kb += BN, stage = (stage + 1) % kStages) {
+    const T* k_tile = k_tiles + stage * BN * kPitch;
+    const T* v_tile = v_tiles + stage * BN * kPitch;
+    if constexpr (kStages == 2) {
+      cp_async_wait_all();
+      __syncthreads();  // K and V of this block landed; every warp is done with the last block
+      if (kb + BN < key_end) {
+        load_k(1 - stage, kb + BN);
+        load_v(1 - stage, kb + BN);
+        cp_async_commit();
+      }
+    } else if (kb == key_begin) {
       cp_async_wait_all_but_newest();  // Q and K; V may still be on its way
       __syncthreads();
     } else {
       cp_async_wait_all();
       __syncthreads();  // K of this block landed; every warp is done with the last V
-      load_tile<T, Config, BN>(v_tile, v, kb, min(BN, key_end - kb), p.v_token_stride, v_head_offset, p.head_dim,
-                          p.vector_io);
+      load_v(0, kb);
       cp_async_commit();
     }
     if constexpr (Config::kQInRegisters) {
@@ -298,12 +318,13 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimPad, kMTiles>::kThreads)
       }
     }
 
-    cp_async_wait_all();
-    __syncthreads();  // V landed; every warp is done with K
-    if (kb + BN < key_end) {
-      load_tile<T, Config, BN>(k_tile, k, kb + BN, min(BN, key_end - kb - BN), p.k_token_stride, k_head_offset,
-                          p.head_dim, p.vector_io);
-      cp_async_commit();
+    if constexpr (kStages == 1) {
+      cp_async_wait_all();
+      __syncthreads();  // V landed; every warp is done with K
+      if (kb + BN < key_end) {
+        load_k(0, kb + BN);
+        cp_async_commit();
+      }
     }
 
     // O += P V, P straight from the S registers (the accumulator layout of two n-blocks is

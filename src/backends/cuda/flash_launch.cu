@@ -10,12 +10,12 @@ namespace visattn::cuda {
 
 namespace {
 
-template <typename T, int kHeadDimPad, int kMTiles>
+template <typename T, int kHeadDimPad, int kMTiles, int kStages>
 cudaError_t launch_tiles(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
-  using Config = TileConfig<kHeadDimPad, kMTiles>;
+  using Config = TileConfig<kHeadDimPad, kMTiles, kStages>;
   constexpr size_t shared = Config::template shared_bytes<T>();
   static_assert(shared <= 99 * 1024, "the tiles must fit the shared memory of every sm80+ GPU");
-  auto kernel = flash_fwd_kernel<T, kHeadDimPad, kMTiles>;
+  auto kernel = flash_fwd_kernel<T, kHeadDimPad, kMTiles, kStages>;
   const cudaError_t status =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
   if (status != cudaSuccess) return status;
@@ -27,18 +27,26 @@ cudaError_t launch_tiles(const KernelParams& kp, dim3 grid, cudaStream_t stream)
   return cudaGetLastError();
 }
 
+bool env_is(const char* name, std::string_view value) {
+  const char* set = std::getenv(name);
+  return set && value == set;
+}
+
 // Rows per warp: 32 (two m-tiles) where the registers allow, if asked (experiment: the env
-// variable VISATTN_CUDA_ROWS_PER_WARP=32), else 16.
+// variable VISATTN_CUDA_ROWS_PER_WARP=32), else 16. K/V buffers: two up to head dim 128
+// unless VISATTN_CUDA_STAGES=1 (experiment), one at 256 (two would not fit 99 KB).
 template <typename T, int kHeadDimPad>
 cudaError_t launch(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
-  static const bool two = [] {
-    const char* rows = std::getenv("VISATTN_CUDA_ROWS_PER_WARP");
-    return rows && std::string_view(rows) == "32";
-  }();
+  static const bool two_m_tiles = env_is("VISATTN_CUDA_ROWS_PER_WARP", "32");
+  static const bool one_stage = env_is("VISATTN_CUDA_STAGES", "1");
   if constexpr (kHeadDimPad <= 128) {
-    if (two) return launch_tiles<T, kHeadDimPad, 2>(kp, grid, stream);
+    if (two_m_tiles) {
+      return one_stage ? launch_tiles<T, kHeadDimPad, 2, 1>(kp, grid, stream)
+                       : launch_tiles<T, kHeadDimPad, 2, 2>(kp, grid, stream);
+    }
+    if (!one_stage) return launch_tiles<T, kHeadDimPad, 1, 2>(kp, grid, stream);
   }
-  return launch_tiles<T, kHeadDimPad, 1>(kp, grid, stream);
+  return launch_tiles<T, kHeadDimPad, 1, 1>(kp, grid, stream);
 }
 
 // The one runtime-to-template dispatch: dtype x padded head dim.
