@@ -24,7 +24,7 @@ TEST(ParallelFor, NextIsWhatTheSameThreadRunsNext) {
   constexpr int64_t kItems = 500;
   std::mutex mutex;
   std::map<std::thread::id, std::vector<std::pair<int64_t, int64_t>>> by_thread;
-  parallel_for(kItems, 3, [&](int64_t item, int64_t next) {
+  parallel_for(kItems, 3, true, [&](int64_t item, int64_t next) {
     std::lock_guard lock(mutex);
     by_thread[std::this_thread::get_id()].push_back({item, next});
   });
@@ -40,7 +40,7 @@ TEST(ParallelFor, NextIsWhatTheSameThreadRunsNext) {
 
 TEST(ParallelFor, RethrowsTheFirstErrorAndStops) {
   std::atomic<int> ran{0};
-  EXPECT_THROW(parallel_for(100000, 2,
+  EXPECT_THROW(parallel_for(100000, 2, true,
                             [&](int64_t i, int64_t) {
                               ++ran;
                               if (i == 10) throw std::runtime_error("item 10");

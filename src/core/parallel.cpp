@@ -19,10 +19,11 @@ int default_num_threads() {
 
 namespace {
 
-// One loop's shared state: items are handed out in order from `next`; each thread holds one
-// claimed item ahead of the one it runs.
+// One loop's shared state: items are handed out in order from `next`; with lookahead each
+// thread holds one claimed item ahead of the one it runs.
 struct Loop {
   int64_t count;
+  bool lookahead;
   const std::function<void(int64_t, int64_t)>* body;
   std::atomic<int64_t> next{0};
   std::exception_ptr error;
@@ -30,7 +31,7 @@ struct Loop {
 
   void work() {
     for (int64_t i = next++; i < count;) {
-      const int64_t ahead = next++;
+      const int64_t ahead = lookahead ? next++ : -1;
       try {
         (*body)(i, ahead < count ? ahead : -1);
       } catch (...) {
@@ -39,7 +40,7 @@ struct Loop {
         next = count;  // stop handing out work
         return;
       }
-      i = ahead;
+      i = lookahead ? ahead : next++;
     }
   }
 };
@@ -104,13 +105,14 @@ class Pool {
 }  // namespace
 
 void parallel_for(int64_t count, int num_threads, const std::function<void(int64_t)>& body) {
-  parallel_for(count, num_threads, [&body](int64_t item, int64_t) { body(item); });
+  parallel_for(count, num_threads, false, [&body](int64_t item, int64_t) { body(item); });
 }
 
-void parallel_for(int64_t count, int num_threads,
+void parallel_for(int64_t count, int num_threads, bool lookahead,
                   const std::function<void(int64_t item, int64_t next)>& body) {
   Loop loop;
   loop.count = count;
+  loop.lookahead = lookahead;
   loop.body = &body;
   const int helpers = int(std::min<int64_t>(num_threads, count)) - 1;
   if (helpers <= 0) {

@@ -19,10 +19,11 @@ int default_num_threads();
 // The first exception is rethrown.
 void parallel_for(int64_t count, int num_threads, const std::function<void(int64_t)>& body);
 
-// As above, but each thread claims its next item before running the current one and passes
-// it as body(item, next) (next = -1 when there is none), so the body can prefetch what the
-// thread reads next while it computes.
-void parallel_for(int64_t count, int num_threads,
+// As above, but with `lookahead` each thread claims its next item before running the current
+// one and passes it as body(item, next) (next = -1 when there is none, and always without
+// lookahead), so the body can prefetch what the thread reads next while it computes. The
+// price: at the end a thread may hold an item another thread could have started.
+void parallel_for(int64_t count, int num_threads, bool lookahead,
                   const std::function<void(int64_t item, int64_t next)>& body);
 
 }  // namespace visattn

@@ -92,7 +92,8 @@ class FlashKernel {
 
   static void run(const AttentionParams& p, int threads) {
     const std::vector<WorkItem> items = plan_work(p, BM, threads);
-    parallel_for(int64_t(items.size()), threads, [&](int64_t i, int64_t next) {
+    const bool lookahead = !items.empty() && NextItemPrefetch::helps(p, items.front());
+    parallel_for(int64_t(items.size()), threads, lookahead, [&](int64_t i, int64_t next) {
       thread_local Scratch scratch;
       // softmax_block ticks once per key of each block it runs.
       NextItemPrefetch prefetch(p, next < 0 ? nullptr : &items[next], keys_of(p, items[i]));

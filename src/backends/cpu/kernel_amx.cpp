@@ -55,6 +55,12 @@ struct Geometry {
   int rows_pad;                       // the item's query rows rounded up to BM
   int kv_begin, kv_count;             // the item's kv heads
   int64_t q_stride, kt_stride, vp_stride;  // elements between two heads' packed q, kt, vp
+  // Q tiles load straight from the q tensor (no packed copy) for items of one key block per
+  // tile (short images: the copy is not repaid by reuse; on long images the packed rows are
+  // faster to reload), when its rows hold exactly the tile columns (head_dim a multiple of 16)
+  // and the rows a tile reads past the item's end exist in the tensor (they belong to other
+  // images: their rows of S are never used).
+  bool q_direct;
 };
 
 // out[c] = (row0[c], row1[c]) for c < d (row1 null: zeros), 32 pairs per step.
@@ -89,14 +95,14 @@ void pack_item(const AttentionParams& p, const WorkItem& item, const Geometry& g
     std::memcpy(dst, src, d * sizeof(uint16_t));
     std::fill(dst + d, dst + width, uint16_t(0));
   };
-  for (int64_t i = 0; i < rows; ++i) {
+  for (int64_t i = 0; i < rows && !g.q_direct; ++i) {
     const int64_t token = g.start + item.row_begin + i;
     for (int h = 0; h < heads; ++h) {
       copy_row(s.q.data() + h * g.q_stride + i * g.d_qk,
                bf16_row(p.q, token * p.q_token_stride + (item.head_begin + h) * p.q_head_stride), g.d_qk);
     }
   }
-  for (int h = 0; h < heads; ++h) {
+  for (int h = 0; h < heads && !g.q_direct; ++h) {
     std::fill(s.q.data() + h * g.q_stride + rows * g.d_qk, s.q.data() + (h + 1) * g.q_stride, uint16_t(0));
   }
   const int64_t staging_stride = int64_t(g.keys_pad) * g.pairs_t;
@@ -142,29 +148,33 @@ struct Live {
   int64_t col;  // the block's first key, as a packed (even) column
   int keys;     // keys computed: the block's keys that exist, rounded up to 32 (<= BN)
   bool two;     // whether the tile's second 16 rows exist
+  bool first;   // the tile's first block: O is not yet written (taken as zero)
 };
 
 // S = Q · Kᵀ for the query tile q and the live part of a key block.
-void scores(const Geometry& g, const uint16_t* q, const uint32_t* kt, const Live& b, Scratch& s) {
+// q: the tile's first row; q_bytes: bytes between its rows.
+void scores(const Geometry& g, const uint16_t* q, int64_t q_bytes, const uint32_t* kt, const Live& b,
+            Scratch& s) {
+  const int64_t q_row = q_bytes / 2;
   for (int jt = 0; jt < b.keys / TM; ++jt) {
     _tile_zero(0);
     if (b.two) _tile_zero(1);
     int c = 0;
     for (; c + 32 <= g.d_qk; c += 32) {
-      _tile_loadd(2, q + c, g.d_qk * 2);
+      _tile_loadd(2, q + c, q_bytes);
       _tile_loadd(4, kt + int64_t(c / 2) * g.keys_pad + b.col + jt * TM, g.keys_pad * 4);
       _tile_dpbf16ps(0, 2, 4);
       if (b.two) {
-        _tile_loadd(3, q + TM * g.d_qk + c, g.d_qk * 2);
+        _tile_loadd(3, q + TM * q_row + c, q_bytes);
         _tile_dpbf16ps(1, 3, 4);
       }
     }
     if (c < g.d_qk) {  // the last 16 of the head dim
-      _tile_loadd(5, q + c, g.d_qk * 2);
+      _tile_loadd(5, q + c, q_bytes);
       _tile_loadd(7, kt + int64_t(c / 2) * g.keys_pad + b.col + jt * TM, g.keys_pad * 4);
       _tile_dpbf16ps(0, 5, 7);
       if (b.two) {
-        _tile_loadd(6, q + TM * g.d_qk + c, g.d_qk * 2);
+        _tile_loadd(6, q + TM * q_row + c, q_bytes);
         _tile_dpbf16ps(1, 6, 7);
       }
     }
@@ -177,8 +187,13 @@ void scores(const Geometry& g, const uint16_t* q, const uint32_t* kt, const Live
 void accumulate(const Geometry& g, const uint32_t* vp, const Live& b, Scratch& s) {
   for (int ct = 0; ct < g.d_v / TM; ++ct) {
     float* o = s.o.data() + ct * TM;
-    _tile_loadd(0, o, g.d_v * 4);
-    if (b.two) _tile_loadd(1, o + TM * g.d_v, g.d_v * 4);
+    if (b.first) {
+      _tile_zero(0);
+      _tile_zero(1);
+    } else {
+      _tile_loadd(0, o, g.d_v * 4);
+      if (b.two) _tile_loadd(1, o + TM * g.d_v, g.d_v * 4);
+    }
     for (int kc = 0; kc < b.keys / 32; ++kc) {
       _tile_loadd(2, s.p.data() + kc * 32, BN * 2);
       _tile_loadd(4, vp + (b.col / 2 + kc * TM) * g.d_v + ct * TM, g.d_v * 4);
@@ -257,8 +272,9 @@ void softmax_rows(const AttentionParams& p, const Geometry& g, const Live& b, in
         partial[r] = _mm512_add_ps(partial[r], _mm512_add_ps(p0, p1));
         _mm512_storeu_si512(s.p.data() + i * BN + v * 16, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
       }
-      // Once a row's max stops growing (most blocks of a long image), O needs no rescale.
-      if (alpha[r] != 1.0f) {
+      // Once a row's max stops growing (most blocks of a long image), O needs no rescale; in
+      // the first block there is no O yet.
+      if (alpha[r] != 1.0f && !b.first) {
         const __m512 a = _mm512_set1_ps(alpha[r]);
         float* o = s.o.data() + int64_t(i) * g.d_v;
         for (int c = 0; c < g.d_v; c += 16) _mm512_storeu_ps(o + c, _mm512_mul_ps(_mm512_loadu_ps(o + c), a));
@@ -277,18 +293,20 @@ void run_head(const AttentionParams& p, const WorkItem& item, const Geometry& g,
   const float sink2 = p.sinks ? p.sinks[head * p.sinks_stride] * log2e : 0.0f;
   for (int64_t q0 = item.row_begin; q0 < item.row_end; q0 += BM) {
     const int rows = int(std::min<int64_t>(BM, item.row_end - q0));
-    const uint16_t* q = s.q.data() + (head - item.head_begin) * g.q_stride + (q0 - item.row_begin) * g.d_qk;
+    const uint16_t* q = g.q_direct
+        ? bf16_row(p.q, (g.start + q0) * p.q_token_stride + head * p.q_head_stride)
+        : s.q.data() + (head - item.head_begin) * g.q_stride + (q0 - item.row_begin) * g.d_qk;
+    const int64_t q_bytes = 2 * (g.q_direct ? p.q_token_stride : g.d_qk);
     std::fill(s.m, s.m + BM, p.sinks ? sink2 : -std::numeric_limits<float>::infinity());
     std::fill(s.l, s.l + BM, p.sinks ? 1.0f : 0.0f);
-    std::fill(s.o.begin(), s.o.end(), 0.0f);
 
     const int64_t last_row = q0 + rows - 1;
     const KeyRange tile_keys = visible_keys(p, g.n, q0, q0 + rows);
-    for (int64_t kb = g.key_begin + ((tile_keys.begin - g.key_begin) & ~int64_t(1));
-         kb < tile_keys.end; kb += BN) {
+    const int64_t kb0 = g.key_begin + ((tile_keys.begin - g.key_begin) & ~int64_t(1));
+    for (int64_t kb = kb0; kb < tile_keys.end; kb += BN) {
       const Live live{kb - g.key_begin, int(round_up(std::min<int64_t>(BN, tile_keys.end - kb), 32)),
-                      rows > TM};
-      scores(g, q, kt, live, s);
+                      rows > TM, kb == kb0};
+      scores(g, q, q_bytes, kt, live, s);
       softmax_rows(p, g, live, kb - q0, tile_keys.end - q0,
                    block_unmasked(p, kb, BN, tile_keys.end, q0, last_row), scale2, next, s);
       accumulate(g, vp, live, s);
@@ -340,7 +358,8 @@ void run_item(const AttentionParams& p, const WorkItem& item, NextItemPrefetch& 
   g.q_stride = int64_t(g.rows_pad) * g.d_qk;
   g.kt_stride = int64_t(g.pairs_t) * g.keys_pad;
   g.vp_stride = int64_t(g.keys_pad / 2) * g.d_v;
-  s.q.resize((item.head_end - item.head_begin) * g.q_stride);  // rows_pad x d_qk per head
+  g.q_direct = g.keys <= BN && p.head_dim % TM == 0 && g.start + item.row_begin + g.rows_pad <= p.cu_seqlens[p.num_images];
+  if (!g.q_direct) s.q.resize((item.head_end - item.head_begin) * g.q_stride);  // rows_pad x d_qk per head
   s.kt.resize(g.kv_count * g.kt_stride);
   s.staging.resize(g.kv_count * int64_t(g.keys_pad) * g.pairs_t);
   s.vp.resize(g.kv_count * g.vp_stride);
@@ -366,7 +385,8 @@ namespace visattn::cpu {
 
 void run_amx(const AttentionParams& p, int threads) {
   const std::vector<WorkItem> items = plan_work(p, amx::BM, threads);
-  parallel_for(int64_t(items.size()), threads, [&](int64_t i, int64_t next) {
+  const bool lookahead = !items.empty() && NextItemPrefetch::helps(p, items.front());
+  parallel_for(int64_t(items.size()), threads, lookahead, [&](int64_t i, int64_t next) {
     thread_local amx::Scratch scratch;
     // softmax_rows ticks once per row of each key block it runs.
     NextItemPrefetch prefetch(p, next < 0 ? nullptr : &items[next], amx::softmax_rows_of(p, items[i]));

@@ -24,9 +24,22 @@ class NextItemPrefetch {
   // faster and f32 (1.3 MiB) 10% slower.
   static constexpr int64_t kMaxBytes = int64_t(1) << 20;
 
+  // Whether items like this one are worth prefetching: kernels ask it of their largest item
+  // to decide whether to claim items ahead at all (see parallel_for).
+  static bool helps(const AttentionParams& p, const WorkItem& item) {
+    const int64_t n = p.cu_seqlens[item.image + 1] - p.cu_seqlens[item.image];
+    const KeyRange keys = visible_keys(p, n, item.row_begin, item.row_end);
+    const int group = p.num_heads / p.num_kv_heads;
+    const int64_t kv_heads = (item.head_end - 1) / group - item.head_begin / group + 1;
+    const int64_t rows = item.row_end - item.row_begin;
+    return int64_t(p.head_dim) * dtype_size(p.dtype) *
+               (2 * rows * (item.head_end - item.head_begin) + 2 * (keys.end - keys.begin) * kv_heads) <=
+           kMaxBytes;
+  }
+
   // Prefetches `next` (null: nothing) over `ticks` calls of tick().
   NextItemPrefetch(const AttentionParams& p, const WorkItem* next, int64_t ticks) : p_(p) {
-    if (!next) return;
+    if (!next || !helps(p, *next)) return;
     const int64_t start = p.cu_seqlens[next->image];
     const KeyRange keys =
         visible_keys(p, p.cu_seqlens[next->image + 1] - start, next->row_begin, next->row_end);
@@ -40,7 +53,6 @@ class NextItemPrefetch {
     regions_[3] = {p.v, k0, nk, p.v_token_stride, p.v_head_stride, kv_begin, kv_end, false};
     int64_t lines = 0;
     for (const Region& r : regions_) lines += r.tokens * r.lines_per_token(p.head_dim, dtype_size(p.dtype));
-    if (lines * 64 > kMaxBytes) return;
     per_tick_ = (lines + std::max<int64_t>(ticks, 1) - 1) / std::max<int64_t>(ticks, 1);
     region_ = 0;
   }
