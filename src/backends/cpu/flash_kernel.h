@@ -240,14 +240,14 @@ class FlashKernel {
                   staged ? staged + (q0 - r0) * g.d_t : nullptr, s.q.data());
       std::fill(s.m, s.m + BM, p.sinks ? sink2 : -std::numeric_limits<float>::infinity());
       std::fill(s.l, s.l + BM, p.sinks ? 1.0f : 0.0f);
-      std::fill(s.o.begin(), s.o.end(), 0.0f);
 
       // Keys this tile can see; the first block starts at an even offset (pair formats).
       const int64_t last_row = q0 + rows - 1;
       const KeyRange tile_keys = visible_keys(p, n, q0, q0 + rows);
       const int64_t kb_end = tile_keys.end;
-      int64_t kb = key_begin + ((tile_keys.begin - key_begin) & ~int64_t(1));
-      for (; kb < kb_end; kb += BN) {
+      const int64_t kb0 = key_begin + ((tile_keys.begin - key_begin) & ~int64_t(1));
+      for (int64_t kb = kb0; kb < kb_end; kb += BN) {
+        const bool first = kb == kb0;  // O is not yet written: P·V stores it, nothing rescales it
         // Keys of the block that exist (the last block of an image, short images), in whole
         // micro-kernel rows; the padding past them is never computed.
         const int live = int(round_up(std::min<int64_t>(BN, kb_end - kb), kMicroRows));
@@ -257,11 +257,11 @@ class FlashKernel {
                             1, d_pad / Mma::kPack, s.s.data() + int64_t(j) * BM, false);
         }
         const bool full = block_unmasked(p, kb, BN, kb_end, q0, last_row);
-        softmax_block(s, live, kb - q0, full ? -1 : kb_end - q0, wl, wr, scale2, d_pad, next);
+        softmax_block(s, live, kb - q0, full ? -1 : kb_end - q0, wl, wr, scale2, first ? 0 : d_pad, next);
         const Elem* v_block = v_packed + (kb - key_begin) * d_pad / Mma::kPack;
         for (int c = 0; c < d_pad; c += kMicroRows) {
           micro<kMicroRows>(s.p.data(), live / Mma::kPack, v_block + c, d_pad, 1,
-                            s.o.data() + int64_t(c) * BM, true);
+                            s.o.data() + int64_t(c) * BM, !first);
         }
       }
       store_tile(p, s, g, item, r0, q0, rows, head);
@@ -269,11 +269,11 @@ class FlashKernel {
   }
 
   // Scales the block's logits, masks what rows cannot see (unless mask_end < 0: all visible),
-  // updates m and l, rescales O and writes P, for the block's first `live` keys. Key j of the
-  // block is key j0 + j relative to the tile's first row; keys at or past mask_end are outside
-  // the image or the tile's window.
+  // updates m and l, rescales the first o_columns columns of Oᵀ (0 before O is written) and
+  // writes P, for the block's first `live` keys. Key j of the block is key j0 + j relative to
+  // the tile's first row; keys at or past mask_end are outside the image or the tile's window.
   static void softmax_block(Scratch& s, int live, int64_t j0, int64_t mask_end, int64_t wl,
-                            int64_t wr, float scale2, int d_pad, NextItemPrefetch& next) {
+                            int64_t wr, float scale2, int o_columns, NextItemPrefetch& next) {
     constexpr float inf = std::numeric_limits<float>::infinity();
     const V scale = Ops::set1(scale2);
     V row_max[IV];
@@ -306,7 +306,7 @@ class FlashKernel {
       Ops::store(s.l + v * W, Ops::fmadd(Ops::load(s.l + v * W), alpha[v], sum));
       Ops::store(s.m + v * W, row_max[v]);
     }
-    for (int c = 0; c < d_pad; ++c) {
+    for (int c = 0; c < o_columns; ++c) {
       for (int v = 0; v < IV; ++v) {
         float* o = s.o.data() + int64_t(c) * BM + v * W;
         Ops::store(o, Ops::mul(Ops::load(o), alpha[v]));

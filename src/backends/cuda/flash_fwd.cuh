@@ -86,8 +86,9 @@ __device__ inline void load_tile(T* tile, const T* base, int64_t first, int vali
   }
 }
 
-template <typename T, int kHeadDimPad, int kMTiles, int kStages>
-__global__ void __launch_bounds__(TileConfig<kHeadDimPad, kMTiles, kStages>::kThreads)
+// kMinBlocks: blocks per SM that the registers must allow (ptxas caps registers to fit).
+template <typename T, int kHeadDimPad, int kMTiles, int kStages, int kMinBlocks>
+__global__ void __launch_bounds__(TileConfig<kHeadDimPad, kMTiles, kStages>::kThreads, kMinBlocks)
     flash_fwd_kernel(const KernelParams p) {
   using Config = TileConfig<kHeadDimPad, kMTiles, kStages>;
   constexpr int kSlots = 2 * kMTiles;  // rows per lane: slot h is row 16 (h / 2) + group + 8 (h % 2)
