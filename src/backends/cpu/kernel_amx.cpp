@@ -42,7 +42,6 @@ const uint16_t* bf16_row(const void* base, int64_t offset) {
 struct Scratch {
   std::vector<uint16_t> q;        // [heads][rows_pad][d_qk] bf16
   std::vector<uint32_t> kt, vp;   // [kv heads][pairs_t][keys_pad], [kv heads][keys_pad / 2][d_v]
-  std::vector<uint32_t> staging;  // [kv heads][keys_pad][pairs_t]: K rows as pairs, untransposed
   std::vector<uint16_t> p;        // [BM][BN] bf16
   std::vector<float> s, o;        // [BM][BN] and [BM][d_v]
   alignas(64) float m[BM], l[BM];
@@ -84,8 +83,8 @@ void interleave_rows(const uint16_t* row0, const uint16_t* row1, int d, uint32_t
 }
 
 // For every head h of the item: q[h][i] = Q rows; kt[kv][c/2][j] = (K[j][c], K[j][c+1]);
-// vp[kv][j/2][c] = (V[j][c], V[j+1][c]); zeros elsewhere. K goes through `staging` and 16 x 16
-// transposes.
+// vp[kv][j/2][c] = (V[j][c], V[j+1][c]); zeros elsewhere. K is transposed 16 keys x 16 pairs
+// at a time straight from the tensor (masked loads: nothing past head_dim or the keys is read).
 void pack_item(const AttentionParams& p, const WorkItem& item, const Geometry& g, Scratch& s) {
   const int heads = item.head_end - item.head_begin;
   const int d = p.head_dim;
@@ -105,13 +104,22 @@ void pack_item(const AttentionParams& p, const WorkItem& item, const Geometry& g
   for (int h = 0; h < heads && !g.q_direct; ++h) {
     std::fill(s.q.data() + h * g.q_stride + rows * g.d_qk, s.q.data() + (h + 1) * g.q_stride, uint16_t(0));
   }
-  const int64_t staging_stride = int64_t(g.keys_pad) * g.pairs_t;
   const int64_t first_key = g.start + g.key_begin;
-  for (int j = 0; j < g.keys; ++j) {
-    for (int h = 0; h < g.kv_count; ++h) {
-      copy_row(reinterpret_cast<uint16_t*>(s.staging.data() + h * staging_stride + int64_t(j) * g.pairs_t),
-               bf16_row(p.k, (first_key + j) * p.k_token_stride + (g.kv_begin + h) * p.k_head_stride),
-               2 * g.pairs_t);
+  for (int h = 0; h < g.kv_count; ++h) {
+    const uint16_t* k_head = bf16_row(p.k, first_key * p.k_token_stride + (g.kv_begin + h) * p.k_head_stride);
+    for (int c = 0; c < g.pairs_t; c += TM) {
+      const int elements = std::clamp(d - 2 * c, 0, 32);
+      const __mmask32 lanes = elements == 32 ? ~__mmask32(0) : __mmask32((1u << elements) - 1);
+      for (int j = 0; j < g.keys_pad; j += TM) {
+        __m512 rows16[TM];
+        for (int r = 0; r < TM; ++r) {
+          rows16[r] = j + r < g.keys
+              ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(lanes, k_head + (j + r) * p.k_token_stride + 2 * c))
+              : _mm512_setzero_ps();
+        }
+        Ops::transpose_store(rows16, reinterpret_cast<float*>(s.kt.data() + h * g.kt_stride + int64_t(c) * g.keys_pad + j),
+                             g.keys_pad);
+      }
     }
   }
   const int key_pairs = (g.keys + 1) / 2;
@@ -126,19 +134,8 @@ void pack_item(const AttentionParams& p, const WorkItem& item, const Geometry& g
     }
   }
   for (int h = 0; h < g.kv_count; ++h) {
-    std::fill(s.staging.data() + h * staging_stride + int64_t(g.keys) * g.pairs_t,
-              s.staging.data() + (h + 1) * staging_stride, 0u);
     std::fill(s.vp.data() + h * g.vp_stride + int64_t(key_pairs) * g.d_v,
               s.vp.data() + (h + 1) * g.vp_stride, 0u);
-    for (int j = 0; j < g.keys_pad; j += TM) {
-      for (int c = 0; c < g.pairs_t; c += TM) {
-        Ops::transpose(
-            reinterpret_cast<const float*>(s.staging.data() + h * staging_stride + int64_t(j) * g.pairs_t + c),
-            g.pairs_t,
-            reinterpret_cast<float*>(s.kt.data() + h * g.kt_stride + int64_t(c) * g.keys_pad + j),
-            g.keys_pad);
-      }
-    }
   }
 }
 
@@ -361,7 +358,6 @@ void run_item(const AttentionParams& p, const WorkItem& item, NextItemPrefetch& 
   g.q_direct = g.keys <= BN && p.head_dim % TM == 0 && g.start + item.row_begin + g.rows_pad <= p.cu_seqlens[p.num_images];
   if (!g.q_direct) s.q.resize((item.head_end - item.head_begin) * g.q_stride);  // rows_pad x d_qk per head
   s.kt.resize(g.kv_count * g.kt_stride);
-  s.staging.resize(g.kv_count * int64_t(g.keys_pad) * g.pairs_t);
   s.vp.resize(g.kv_count * g.vp_stride);
   s.p.resize(int64_t(BM) * BN);
   s.s.resize(int64_t(BM) * BN);

@@ -32,8 +32,13 @@ struct Avx512Ops {
   }
   // dst[c][r] = src[r][c] for a 16 x 16 block (strides in floats).
   static void transpose(const float* src, int64_t src_stride, float* dst, int64_t dst_stride) {
-    __m512 r[16], u[16];
+    __m512 r[16];
     for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * src_stride);
+    transpose_store(r, dst, dst_stride);
+  }
+  // dst[c][i] = rows[i][c]: the 16 x 16 transpose of 16 vectors, stored.
+  static void transpose_store(__m512 (&r)[16], float* dst, int64_t dst_stride) {
+    __m512 u[16];
     for (int i = 0; i < 16; i += 2) {  // 32-bit pairs within 128-bit lanes
       u[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
       u[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
