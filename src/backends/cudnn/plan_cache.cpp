@@ -92,12 +92,14 @@ TensorPtr index_tensor(fe::graph::Graph& g, int64_t uid, const std::string& name
                       .set_data_type(type));
 }
 
-// The ragged SDPA graph of `key`; null with `error` set when cuDNN cannot run it.
-std::shared_ptr<fe::graph::Graph> build_graph(const PlanKey& key, cudnnHandle_t handle,
-                                              Implementation implementation, std::string& error) {
+// The ragged SDPA graph of `key`, not yet validated or built. sm_version > 0 declares the GPU
+// instead of asking the current device (the tests validate graphs on machines without one).
+std::shared_ptr<fe::graph::Graph> make_graph(const PlanKey& key, Implementation implementation,
+                                             int sm_version = 0) {
   const int64_t B = key.batch, S = key.max_seqlen, D = key.head_dim;
   const fe::DataType_t io = io_type(key.dtype);
   auto g = std::make_shared<fe::graph::Graph>();
+  if (sm_version > 0) g->set_sm_version(sm_version);
   g->set_io_data_type(io)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
@@ -149,7 +151,13 @@ std::shared_ptr<fe::graph::Graph> build_graph(const PlanKey& key, cudnnHandle_t 
                      key.lse_head_stride, key.lse_token_stride, 1})
         .set_ragged_offset(offsets(kRaggedLse));
   }
+  return g;
+}
 
+// `key`'s graph validated and built into a plan; null with `error` set when cuDNN cannot run it.
+std::shared_ptr<fe::graph::Graph> build_graph(const PlanKey& key, cudnnHandle_t handle,
+                                              Implementation implementation, std::string& error) {
+  std::shared_ptr<fe::graph::Graph> g = make_graph(key, implementation);
   auto step = [&](fe::error_t status, const char* what) {
     if (status.is_good()) return true;
     error = concat(what, ": ", status.get_message());
@@ -313,6 +321,22 @@ void run_plan(const PlanKey& key, const CallTensors& t, CUstream_st* stream, boo
 }
 
 int64_t plans_built() { return state().built.load(); }
+
+std::string validate_graph(const PlanKey& key, int sm_version) {
+  if (!library().usable) return "cuDNN unavailable: " + library().problem;
+  // Each implementation run() may build with, in its order.
+  for (const auto& [implementation, name] : implementations()) {
+    try {
+      std::shared_ptr<fe::graph::Graph> g = make_graph(key, implementation, sm_version);
+      if (auto status = g->validate(); status.is_bad()) {
+        return concat(name, " implementation: validate: ", status.get_message());
+      }
+    } catch (const std::exception& e) {
+      return concat(name, " implementation: ", e.what());
+    }
+  }
+  return {};
+}
 
 std::string frontend_version() {
   return concat(CUDNN_FRONTEND_MAJOR_VERSION, ".", CUDNN_FRONTEND_MINOR_VERSION, ".", CUDNN_FRONTEND_PATCH_VERSION);

@@ -41,6 +41,12 @@ int64_t plans_built();
 // "1.32.0": the cuDNN frontend this build was compiled with.
 std::string frontend_version();
 
+// Runs the frontend's checks of `key`'s graph (shapes, strides, alignment, the SDPA support
+// surface of the loaded cuDNN) for a GPU of `sm_version`, without a GPU, for every SDPA
+// implementation run_plan may build with; empty when they pass. Building a plan still needs
+// the GPU. For tests.
+std::string validate_graph(const PlanKey& key, int sm_version);
+
 // VarlenBatch::prepare on `device`: grows that device's workspace to the largest any plan
 // built so far needs (nothing before the first plan).
 void reserve_workspace(int device);
