@@ -29,9 +29,8 @@ DeviceType backend_device(std::string_view backend) {
   return b ? b->device : DeviceType::cpu;
 }
 
-// Why the backend named `backend` declines these views, asked the way attention() asks it (on
-// the validated params, before running), or empty. "auto" declines nothing: it passes such
-// calls to another backend. Invalid arguments are not a decline: attention() raises them.
+}  // namespace
+
 std::string declined_by(std::string_view backend, const TensorView& q, const TensorView& k,
                         const TensorView& v, const TensorView& out, const VarlenBatch& batch,
                         const AttentionOptions& options) {
@@ -46,7 +45,6 @@ std::string declined_by(std::string_view backend, const TensorView& q, const Ten
   }
   return it->declines(params).value_or(std::string());
 }
-}  // namespace
 
 std::string skip_category(const std::string& reason) { return reason.substr(0, reason.find(':')); }
 

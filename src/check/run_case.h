@@ -28,6 +28,13 @@ CaseResult run_case(const CaseSpec& spec, std::string_view backend);
 // CaseResult::skipped.)
 std::string unsupported_by(std::string_view backend, const CaseSpec& spec);
 
+// Why the backend named `backend` declines these views, asked the way attention() asks it (on
+// the validated params, before running), or empty. "auto" declines nothing: it passes such
+// calls to another backend. Invalid arguments are not a decline: attention() raises them.
+std::string declined_by(std::string_view backend, const TensorView& q, const TensorView& k,
+                        const TensorView& v, const TensorView& out, const VarlenBatch& batch,
+                        const AttentionOptions& options);
+
 // The category of a skip reason, for summaries: the text before its first ':' ("window",
 // "alignment", ...), or all of it.
 std::string skip_category(const std::string& reason);
