@@ -196,6 +196,7 @@ MetadataLease::MetadataLease(const AttentionParams& p) : stream_(static_cast<cud
          "call, which a graph cannot hold");
   }
   const int device = p.device.index;
+  prepared_ = false;
   scratch_lock_ = std::unique_lock(scratch_mutex);
   if (int(scratch.size()) <= device) scratch.resize(device + 1);
   std::unique_ptr<DeviceMetadata>& slot = scratch[device];

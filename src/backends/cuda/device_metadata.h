@@ -99,12 +99,13 @@ class MetadataLease {
   MetadataLease& operator=(const MetadataLease&) = delete;
 
   const DeviceMetadata& metadata() const { return *metadata_; }
-  bool prepared() const { return !scratch_lock_.owns_lock(); }
+  bool prepared() const { return prepared_; }  // false: the scratch copy
   // Call after the last launch that reads the metadata.
   void finish();
 
  private:
   const DeviceMetadata* metadata_ = nullptr;
+  bool prepared_ = true;
   std::unique_lock<std::mutex> scratch_lock_;
   cudaStream_t stream_;
 };
