@@ -6,10 +6,6 @@
 # Knobs (environment): QUICK=1 runs 100 check cases and skips ctest, compute-sanitizer and
 # pytest (kernel iterations); SKIP_CPU_BENCH=1; PROFILE=workload[,..] adds an Nsight Compute
 # report of one cuda kernel launch per workload (ncu.txt); BENCH_ARGS go to bench/gpu_bench.py.
-# The cudnn backend builds from the frontend headers in .deps/cudnn-frontend/include (carry
-# .deps) and loads libcudnn.so.9 from the loader's path (the system cuDNN); CUDNN_FROM_TORCH=1
-# points it (VISATTN_CUDNN_LIB) at torch's pip cuDNN instead. In Python with torch imported,
-# it shares the cuDNN torch loaded either way.
 set -uo pipefail
 OUT=${OUT:-/tmp/visattn-out}
 LOGS=$OUT/logs  # tarred at the end: the device returns at most 8 files
@@ -28,6 +24,10 @@ export GTest_DIR="$prefix/usr/lib/x86_64-linux-gnu/cmake/GTest"
 log "machine"; { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nvcc --version | tail -1;
   python3 -c "import torch; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version())"; lscpu | grep 'Model name'; } 2>&1 | tee -a "$OUT/summary.txt"
 
+# The cudnn backend builds from the frontend headers in .deps/cudnn-frontend/include (carry
+# .deps) and loads libcudnn.so.9 from the loader's path (the system cuDNN); the knob
+# CUDNN_FROM_TORCH=1 points it (VISATTN_CUDNN_LIB) at torch's pip cuDNN instead. In Python with
+# torch imported, it shares the cuDNN torch loaded either way.
 if [ -n "${CUDNN_FROM_TORCH:-}" ]; then
   VISATTN_CUDNN_LIB=$(python3 -c "import nvidia.cudnn as m, os; print(os.path.join(list(m.__path__)[0], 'lib', 'libcudnn.so.9'))")
   export VISATTN_CUDNN_LIB
