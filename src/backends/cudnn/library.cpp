@@ -38,7 +38,8 @@ void choose_cudart_for_frontend(const std::string& cudnn_path) {
   const std::filesystem::path lib_dir = std::filesystem::path(cudnn_path).parent_path();
   candidates.push_back((lib_dir.parent_path().parent_path() / "cuda_runtime" / "lib" / soname).string());
   for (const std::string& candidate : candidates) {
-    if (void* handle = dlopen(candidate.c_str(), RTLD_NOW | RTLD_GLOBAL)) {
+    // Local: its symbols must not stand in for another runtime's in libraries loaded later.
+    if (void* handle = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL)) {
       (void)handle;  // stays loaded; the frontend opens it again by this name
       setenv("CUDNN_FRONTEND_CUDART_LIB_NAME", candidate.c_str(), /*overwrite=*/0);
       return;
@@ -68,7 +69,7 @@ std::string version_problem(int64_t version) {
 Library open_library(const std::string& name) {
   Library lib;
   dlerror();
-  lib.handle = dlopen(name.c_str(), RTLD_NOW | RTLD_GLOBAL);
+  lib.handle = dlopen(name.c_str(), RTLD_NOW | RTLD_GLOBAL);  // as the frontend's own loader does
   if (!lib.handle) {
     lib.problem = concat("cannot load ", name, ": ", dl_error(),
                          " (install cuDNN 9 >= ", version_string(kMinimumVersion),
