@@ -22,7 +22,8 @@ if(NOT VISATTN_CUDNN_INCLUDE_DIR)
   find_program(VISATTN_PYTHON3 python3)
   if(VISATTN_PYTHON3)
     execute_process(
-      COMMAND "${VISATTN_PYTHON3}" -c "import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], 'include'))"
+      COMMAND "${VISATTN_PYTHON3}" -c
+              "import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], 'include'))"
       OUTPUT_VARIABLE pip_cudnn_include OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
     if(pip_cudnn_include AND EXISTS "${pip_cudnn_include}/cudnn_version.h")
       set(VISATTN_CUDNN_INCLUDE_DIR "${pip_cudnn_include}" CACHE PATH "cudnn.h's directory" FORCE)
@@ -53,9 +54,10 @@ target_sources(visattn PRIVATE
 # (no link dependency), and the frontend's bundled nlohmann json stays out (the CLI has its own).
 set_source_files_properties(src/backends/cudnn/plan_cache.cpp PROPERTIES
   COMPILE_DEFINITIONS "NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING;CUDNN_FRONTEND_SKIP_JSON_LIB")
-target_include_directories(visattn SYSTEM PRIVATE "${VISATTN_CUDNN_FRONTEND_DIR}" "${VISATTN_CUDNN_INCLUDE_DIR}")
+target_include_directories(visattn SYSTEM PRIVATE
+  "${VISATTN_CUDNN_FRONTEND_DIR}" "${VISATTN_CUDNN_INCLUDE_DIR}")
 target_compile_definitions(visattn PRIVATE VISATTN_WITH_CUDNN=1)
 target_link_libraries(visattn PRIVATE ${CMAKE_DL_LIBS})
 set(VISATTN_WITH_CUDNN ON)
-message(STATUS "visattn: cudnn backend (cuDNN ${cudnn_major}.${cudnn_minor} headers in ${VISATTN_CUDNN_INCLUDE_DIR}, "
-               "frontend in ${VISATTN_CUDNN_FRONTEND_DIR})")
+message(STATUS "visattn: cudnn backend (cuDNN ${cudnn_major}.${cudnn_minor} headers in "
+               "${VISATTN_CUDNN_INCLUDE_DIR}, frontend in ${VISATTN_CUDNN_FRONTEND_DIR})")

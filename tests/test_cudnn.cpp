@@ -28,8 +28,10 @@ struct HostIndices {
   std::vector<std::vector<int64_t>> offsets;
 };
 
-HostIndices compute(const std::vector<int32_t>& cu_padded, int64_t batch, const int64_t (&strides)[kRaggedTensors]) {
-  HostIndices h{std::vector<int32_t>(batch, -1), std::vector<std::vector<int64_t>>(kRaggedTensors, std::vector<int64_t>(batch + 1, -1))};
+HostIndices compute(const std::vector<int32_t>& cu_padded, int64_t batch,
+                    const int64_t (&strides)[kRaggedTensors]) {
+  HostIndices h{std::vector<int32_t>(batch, -1),
+                std::vector<std::vector<int64_t>>(kRaggedTensors, std::vector<int64_t>(batch + 1, -1))};
   RaggedIndexArgs args{};
   args.cu_seqlens = cu_padded.data();
   args.batch = batch;
@@ -213,7 +215,9 @@ TEST(CudnnGraphs, TheFrontendAcceptsTheGraphsOfTheCallsWeTake) {
     int64_t batch;
   };
   std::vector<Named> calls;
-  for (int d : {32, 64, 72, 80, 96, 128, 256}) calls.push_back({"fused qkv, gqa 8/2", fused_params(300, 8, 2, d), 8});
+  for (int d : {32, 64, 72, 80, 96, 128, 256}) {
+    calls.push_back({"fused qkv, gqa 8/2", fused_params(300, 8, 2, d), 8});
+  }
   AttentionParams p = fused_params(300, 16, 16, 80);
   p.lse = lse, p.lse_head_stride = 300, p.lse_token_stride = 1;  // [heads, tokens]
   calls.push_back({"lse head-major", p, 64});
@@ -234,9 +238,10 @@ TEST(CudnnGraphs, WhatWeDeclineTheFrontendRejectsToo) {
   SKIP_WITHOUT_CUDNN_LIBRARY();
   AttentionParams p = fused_params(300);
   p.out_token_stride = 8 * 64 + 3;
-  EXPECT_NE(validate_graph(plan_key(p, 8, 1024, library().version), 90).find("alignment"), std::string::npos);
+  const int64_t v = library().version;
+  EXPECT_NE(validate_graph(plan_key(p, 8, 1024, v), 90).find("alignment"), std::string::npos);
   p = fused_params(300, 8, 2, 36);
-  EXPECT_NE(validate_graph(plan_key(p, 8, 1024, library().version), 90).find("multiple of 8"), std::string::npos);
+  EXPECT_NE(validate_graph(plan_key(p, 8, 1024, v), 90).find("multiple of 8"), std::string::npos);
 }
 
 // ---- loading cuDNN ----

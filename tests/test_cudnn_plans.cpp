@@ -94,7 +94,9 @@ struct FusedQkv {
   TensorView q(int64_t t) const { return view(t, 0, heads); }
   TensorView k(int64_t t) const { return view(t, heads, kv_heads); }
   TensorView v(int64_t t) const { return view(t, heads + kv_heads, kv_heads); }
-  TensorView o(int64_t t) const { return TensorView::contiguous(out.data, DType::bf16, {t, heads, dim}, kGpu); }
+  TensorView o(int64_t t) const {
+    return TensorView::contiguous(out.data, DType::bf16, {t, heads, dim}, kGpu);
+  }
 };
 
 // Mostly ViT-sized images, some long enough for the next max_seqlen bucket, a few empty.
@@ -193,8 +195,9 @@ TEST(CudnnGraphs, ACapturedCallReplaysOnOtherImagesOfItsBucket) {
   expect_outputs_equal_eager(second);
 
   // The plan's max_seqlen bucket is now fixed for these buffers: a longer image is refused.
-  expect_error([&] { batch.update_device(VarlenBatch::from_lengths(std::vector<int64_t>{1500, 100}), stream); },
-               ErrorCode::invalid_value, {"update_device", "1500", "max_seqlen bucket 1024"});
+  const VarlenBatch longer = VarlenBatch::from_lengths(std::vector<int64_t>{1500, 100});
+  expect_error([&] { batch.update_device(longer, stream); }, ErrorCode::invalid_value,
+               {"update_device", "1500", "max_seqlen bucket 1024"});
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);

@@ -46,7 +46,8 @@ std::string misaligned(const char* name, const void* data, int64_t token_stride,
 
 std::optional<std::string> declines(const AttentionParams& p) {
   if (p.dtype != DType::f16 && p.dtype != DType::bf16) {
-    return concat("dtype: ", dtype_name(p.dtype), " is not supported; cuDNN's fused attention runs f16 and bf16");
+    return concat("dtype: ", dtype_name(p.dtype),
+                  " is not supported; cuDNN's fused attention runs f16 and bf16");
   }
   if (p.head_dim % 8 != 0 || p.head_dim > kMaxHeadDim) {
     return concat("head_dim: ", p.head_dim, " is not supported; cuDNN's fused attention runs head dims "
@@ -70,9 +71,8 @@ std::optional<std::string> declines(const AttentionParams& p) {
                   {"v", p.v, p.v_token_stride, p.v_head_stride, p.num_kv_heads},
                   {"out", p.out, p.out_token_stride, p.out_head_stride, p.num_heads}};
   for (const auto& o : operands) {
-    if (std::string why = misaligned(o.name, o.data, o.token_stride, o.head_stride, o.heads, bytes); !why.empty()) {
-      return why;
-    }
+    std::string why = misaligned(o.name, o.data, o.token_stride, o.head_stride, o.heads, bytes);
+    if (!why.empty()) return why;
   }
   if (p.lse && !aligned16(p.lse)) {
     return concat("alignment: lse starts at ", static_cast<const void*>(p.lse),
@@ -146,7 +146,8 @@ void run(const AttentionParams& p) {
     tensors.offsets[t] = indices.offsets[t];
   }
   run_plan(key, tensors, stream, capture != cudaStreamCaptureStatusNone, [&] {
-    cuda::check(static_cast<cudaError_t>(launch_ragged_indices(indices, stream)), "ragged index kernel launch");
+    cuda::check(static_cast<cudaError_t>(launch_ragged_indices(indices, stream)),
+                "ragged index kernel launch");
   });
   lease.finish();
 }

@@ -163,8 +163,9 @@ std::shared_ptr<fe::graph::Graph> build_graph(const PlanKey& key, cudnnHandle_t 
     error = concat(what, ": ", status.get_message());
     return false;
   };
+  const std::vector<fe::HeurMode_t> heuristics = {fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK};
   if (step(g->validate(), "validate") && step(g->build_operation_graph(handle), "build_operation_graph") &&
-      step(g->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), "create_execution_plans") &&
+      step(g->create_execution_plans(heuristics), "create_execution_plans") &&
       step(g->check_support(), "check_support") && step(g->build_plans(), "build_plans")) {
     return g;
   }
@@ -208,9 +209,9 @@ Plan build_plan(const PlanKey& key, cudnnHandle_t handle) {
       if (debug_log_enabled()) {
         std::string engine;
         (void)plan.graph->get_plan_name(engine);
-        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+        const std::chrono::duration<double, std::milli> ms = std::chrono::steady_clock::now() - start;
         debug_log(concat("cudnn: built plan ", state().built.load(), " (", name, " implementation, engine ",
-                         engine, ", workspace ", plan.workspace_bytes, " bytes) in ", ms, " ms for ",
+                         engine, ", workspace ", plan.workspace_bytes, " bytes) in ", ms.count(), " ms for ",
                          describe(key)));
       }
       return plan;
@@ -306,8 +307,10 @@ void run_plan(const PlanKey& key, const CallTensors& t, CUstream_st* stream, boo
   }
   if (key.lse) pack[kUidLse] = t.lse;
   try {
-    if (const cudnnStatus_t status = fe::detail::set_stream(d.handle, stream); status != CUDNN_STATUS_SUCCESS) {
-      fail(ErrorCode::internal, "backend='cudnn': cudnnSetStream failed: ", fe::detail::get_error_string(status));
+    if (const cudnnStatus_t status = fe::detail::set_stream(d.handle, stream);
+        status != CUDNN_STATUS_SUCCESS) {
+      fail(ErrorCode::internal, "backend='cudnn': cudnnSetStream failed: ",
+           fe::detail::get_error_string(status));
     }
     if (auto status = plan.graph->execute(d.handle, pack, d.workspace); status.is_bad()) {
       fail(ErrorCode::internal, "backend='cudnn': executing the plan failed (", describe(key), "): ",
@@ -339,7 +342,8 @@ std::string validate_graph(const PlanKey& key, int sm_version) {
 }
 
 std::string frontend_version() {
-  return concat(CUDNN_FRONTEND_MAJOR_VERSION, ".", CUDNN_FRONTEND_MINOR_VERSION, ".", CUDNN_FRONTEND_PATCH_VERSION);
+  return concat(CUDNN_FRONTEND_MAJOR_VERSION, ".", CUDNN_FRONTEND_MINOR_VERSION, ".",
+                CUDNN_FRONTEND_PATCH_VERSION);
 }
 
 void reserve_workspace(int device) {
