@@ -4,7 +4,8 @@
 #   make bench      `visattn check`, then `visattn bench` on the best backend here
 #   make sanitize   build and run the tests under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make fuzz       build the libFuzzer target with clang and run it for FUZZ_SECONDS
-#   make deps       only install the Debian packages the build needs
+#   make deps       only install the Debian packages the build needs (and, where nvcc is, the
+#                   cuDNN frontend headers of the cudnn backend: scripts/fetch_cudnn_frontend.sh)
 
 BUILD        ?= build
 BUILD_TYPE   ?= Release
@@ -37,8 +38,15 @@ endef
 .PHONY: all deps build test python bench sanitize fuzz clean
 all: build
 
+# nvcc as CMake finds it (PATH or the toolkit's default place): only then is there a cudnn backend
+# to build, so machines without CUDA fetch nothing.
+HAVE_NVCC := $(shell command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ] && echo yes)
+
 deps:
 	$(call apt_install,$(DEBIAN_PACKAGES))
+ifeq ($(HAVE_NVCC),yes)
+	@bash scripts/fetch_cudnn_frontend.sh
+endif
 
 $(BUILD)/build.ninja: | deps
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \

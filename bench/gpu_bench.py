@@ -1,7 +1,10 @@
-"""GPU bench: the `cuda` backend beside the torch paths a user would pick instead, timed in one
-process on the same tensors, bf16, writing bench JSON in the schema of `visattn bench`:
+"""GPU bench: the `cuda` and `cudnn` backends beside the torch paths a user would pick instead,
+timed in one process on the same tensors, bf16, writing bench JSON in the schema of `visattn bench`:
 
-    python3 bench/gpu_bench.py [--workloads FILE] [--json FILE] [--only NAME,...]
+    python3 bench/gpu_bench.py [--workloads FILE] [--json FILE] [--only NAME,...] [--backends cuda,cudnn,...]
+
+visattn backends: `cuda` (our kernel) and `cudnn` (cuDNN's ragged SDPA, one call per batch; its
+plan is built by the first, untimed call). A backend this machine lacks is reported and skipped.
 
 Peers (backend `peer:<name>`): torch SDPA per image with the flash, cuDNN and efficient
 kernels; nested jagged SDPA; torch varlen_attn (FlashAttention 2 inside PyTorch); padded SDPA
@@ -73,11 +76,14 @@ class Workload:
 
 # Each peer: (name, make) where make(w) returns (timed call, call giving [tokens, heads, dim]
 # rows of image i) or raises when the path cannot run this workload.
-def visattn_cuda(w):
-    batch = visattn.VarlenBatch(w.cu)
-    batch.prepare("cuda")
-    call = lambda: visattn.attention(w.q, w.k, w.v, batch=batch, backend="cuda")  # noqa: E731
-    return call, whole_output(call, w)
+def visattn_backend(name):
+    def make(w):
+        batch = visattn.VarlenBatch(w.cu)
+        batch.prepare("cuda")
+        call = lambda: visattn.attention(w.q, w.k, w.v, batch=batch, backend=name)  # noqa: E731
+        return call, whole_output(call, w)  # the first call (cudnn: builds the plan) is untimed
+
+    return make
 
 
 def whole_output(call, w):
@@ -133,7 +139,8 @@ def padded(w):
 
 
 BACKENDS = [
-    ("cuda", visattn_cuda),
+    ("cuda", visattn_backend("cuda")),
+    ("cudnn", visattn_backend("cudnn")),
     ("peer:sdpa-flash-loop", per_image(SDPBackend.FLASH_ATTENTION)),
     ("peer:sdpa-cudnn-loop", per_image(SDPBackend.CUDNN_ATTENTION)),
     ("peer:sdpa-efficient-loop", per_image(SDPBackend.EFFICIENT_ATTENTION)),
@@ -158,7 +165,9 @@ def main():
     torch.manual_seed(0)
     gemm, bandwidth = gemm_bf16_tflops(), copy_tbps()
     machine = {"gpu": torch.cuda.get_device_name(), "host": platform.node(), "torch": torch.__version__,
-               "cudnn": torch.backends.cudnn.version(), "visattn": visattn.__version__}
+               "cudnn": torch.backends.cudnn.version(), "visattn": visattn.__version__,
+               "visattn_cudnn": next((b["detail"] or b["unavailable_reason"] for b in visattn.backends()
+                                      if b["name"] == "cudnn"), "not built in")}
     print(f"# {machine}\n# ceilings (same run): bf16 GEMM {gemm:.0f} TFLOP/s (8192^3), copy {bandwidth:.2f} TB/s",
           flush=True)
     print(f"{'workload':26}" + "".join(f"{name.removeprefix('peer:')[:16]:>17}" for name, _ in backends))
@@ -186,6 +195,9 @@ def main():
         del w
         torch.cuda.empty_cache()
     print("(TFLOP/s, median)")
+    plans = [b["plans_built"] for b in visattn.backends() if b["name"] == "cudnn"]
+    if plans:
+        print(f"# visattn cudnn: {plans[0]} cuDNN plans built in this run")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": machine, "ceilings": {"gemm_bf16_tflops": gemm, "copy_tbps": bandwidth}, "results": results}, f, indent=1)

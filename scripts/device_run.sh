@@ -25,6 +25,15 @@ export GTest_DIR="$prefix/usr/lib/x86_64-linux-gnu/cmake/GTest"
 log "machine"; { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nvcc --version | tail -1;
   python3 -c "import torch; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version())"; lscpu | grep 'Model name'; } 2>&1 | tee -a "$OUT/summary.txt"
 
+# The cudnn backend builds from the frontend headers in .deps/cudnn-frontend/include (carry
+# .deps) and loads libcudnn.so.9 from the loader's path (the system cuDNN); the knob
+# CUDNN_FROM_TORCH=1 points it (VISATTN_CUDNN_LIB) at torch's pip cuDNN instead. In Python with
+# torch imported, it shares the cuDNN torch loaded either way.
+if [ -n "${CUDNN_FROM_TORCH:-}" ]; then
+  VISATTN_CUDNN_LIB=$(python3 -c "import nvidia.cudnn as m, os; print(os.path.join(list(m.__path__)[0], 'lib', 'libcudnn.so.9'))")
+  export VISATTN_CUDNN_LIB
+fi
+
 log "build"
 ARCHS=${ARCHS:-90-real}  # the H200; CI and `make` build every architecture
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DVISATTN_CUDA_ARCHITECTURES="$ARCHS" > "$LOGS/build.log" 2>&1 && \
@@ -40,12 +49,21 @@ fi
 log "check cuda"
 build/visattn check --backend cuda --cases "$([ -n "${QUICK:-}" ] && echo 100 || echo 500)" > "$LOGS/check_cuda.log" 2>&1; grep -E "FAIL|reproduce" "$LOGS/check_cuda.log" | head -10; tail -4 "$LOGS/check_cuda.log" | tee -a "$OUT/summary.txt"
 
+log "check cudnn (cases it declines are skipped with the reason; every other error fails)"
+build/visattn check --backend cudnn --cases "$([ -n "${QUICK:-}" ] && echo 100 || echo 300)" > "$LOGS/check_cudnn.log" 2>&1; grep -E "FAIL|reproduce" "$LOGS/check_cudnn.log" | head -10; tail -8 "$LOGS/check_cudnn.log" | tee -a "$OUT/summary.txt"
+
+log "cudnn plans and graphs (100 random batches, capture/replay)"
+build/tests/visattn_tests --gtest_filter='Cudnn*' > "$LOGS/cudnn_tests.log" 2>&1; grep -E "cudnn plans:|Skipped|FAILED|Failure|PASSED" -A2 "$LOGS/cudnn_tests.log" | head -20 | tee -a "$OUT/summary.txt"
+
 if [ -z "${QUICK:-}" ]; then
 log "compute-sanitizer (memcheck, racecheck) on a reduced suite"
 for tool in memcheck racecheck; do
   compute-sanitizer --tool $tool --error-exitcode 9 build/visattn check --backend cuda --cases 12 --seed 3 \
     > "$LOGS/sanitizer_$tool.log" 2>&1; echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/sanitizer_$tool.log" | tail -1)" | tee -a "$OUT/summary.txt"
 done
+# cudnn: does a ragged call read or write past an image (the last one, at the tensor's end)?
+compute-sanitizer --tool memcheck --error-exitcode 9 build/visattn check --backend cudnn --cases 12 --seed 3 \
+  > "$LOGS/sanitizer_memcheck_cudnn.log" 2>&1; echo "memcheck cudnn rc=$? $(grep -E 'ERROR SUMMARY' "$LOGS/sanitizer_memcheck_cudnn.log" | tail -1)" | tee -a "$OUT/summary.txt"
 fi
 
 log "python"
@@ -53,7 +71,7 @@ python3 -m pip install -q --no-build-isolation --no-deps \
   --config-settings=cmake.define.VISATTN_CUDA_ARCHITECTURES="$ARCHS" . > "$LOGS/pip.log" 2>&1 || tail -20 "$LOGS/pip.log"
 [ -n "${QUICK:-}" ] || { python3 -m pytest -q python/tests > "$LOGS/pytest.log" 2>&1; tail -5 "$LOGS/pytest.log" | tee -a "$OUT/summary.txt"; }
 
-log "gpu bench (cuda backend beside the torch peers, bf16, one process)"
+log "gpu bench (cuda and cudnn backends beside the torch peers, bf16, one process)"
 PYTHONUNBUFFERED=1 python3 bench/gpu_bench.py --workloads bench/public_workloads.json --json "$OUT/bench_gpu.json" ${BENCH_ARGS:-} \
   2> "$LOGS/gpu_bench_err.log" | tee "$OUT/gpu_bench.txt"; tail -5 "$LOGS/gpu_bench_err.log"
 

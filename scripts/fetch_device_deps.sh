@@ -9,8 +9,7 @@ rm -f .deps/*.deb
 (cd .deps && apt-get download libcli11-dev nlohmann-json3-dev libgtest-dev)
 ls .deps
 
-# The cuDNN frontend (header-only C++) for the cudnn backend: the pip wheel's include/.
-rm -rf .deps/cudnn-frontend && mkdir -p .deps/cudnn-frontend
-python3 -m pip download -q --no-deps -d .deps/cudnn-frontend nvidia-cudnn-frontend
-(cd .deps/cudnn-frontend && python3 -m zipfile -e ./*.whl unpacked && mv unpacked/include . && rm -rf unpacked ./*.whl)
+# The cuDNN frontend (header-only C++) for the cudnn backend: the pip wheel's include/, in
+# .deps/cudnn-frontend/include where CMake looks (the GPU machine reaches no registry).
+bash scripts/fetch_cudnn_frontend.sh
 ls .deps/cudnn-frontend/include | head -3

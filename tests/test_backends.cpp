@@ -30,6 +30,7 @@ void expect_pass(const check::CaseSpec& spec, const std::string& backend) {
     GTEST_SKIP() << backend << " does not run " << reason;
   }
   const check::CaseResult r = check::run_case(spec, backend);
+  if (!r.skipped.empty()) GTEST_SKIP() << backend << " declines " << r.skipped;
   EXPECT_TRUE(r.verdict.passed) << check::describe(spec) << ": " << r.verdict.failure
                                 << "\n  reproduce: " << check::reproduce_command(spec, backend);
 }

@@ -50,6 +50,7 @@ struct BackendInfo {
   std::vector<int> head_dims;    // head dims it runs; empty means any up to max_head_dim
   int max_head_dim;              // 0: no limit
   std::string detail;            // what runs on this machine (e.g. the SIMD path)
+  int64_t plans_built = 0;       // plans (e.g. cuDNN graphs) this process built; 0 if none
 };
 
 std::vector<BackendInfo> backends();

@@ -180,3 +180,10 @@ def test_info_and_backends():
     assert data["auto"]["cpu"] == "cpu"
     names = {b["name"] for b in visattn.backends()}
     assert {"reference", "cpu"} <= names
+
+
+def test_backends_report_plans_built():
+    for b in visattn.backends():
+        assert isinstance(b["plans_built"], int) and b["plans_built"] >= 0, b
+        if b["name"] != "cudnn":  # the only backend that builds plans
+            assert b["plans_built"] == 0, b

@@ -15,6 +15,12 @@ CAPS = {torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2}  # src/c
 CUDA = torch.cuda.is_available() and any(
     b["device"] == "cuda" and b["available"] for b in visattn.backends())
 DEVICES = ["cpu"] + (["cuda"] if CUDA else [])
+CUDNN = torch.cuda.is_available() and any(
+    b["name"] == "cudnn" and b["available"] for b in visattn.backends())
+
+
+def cudnn_plans_built():
+    return next(b["plans_built"] for b in visattn.backends() if b["name"] == "cudnn")
 
 
 def sdpa_per_image(q, k, v, cu):
@@ -106,6 +112,67 @@ def test_capturing_an_unprepared_batch_is_an_error():
     with pytest.raises(ValueError, match="prepare"):
         with torch.cuda.graph(graph):
             visattn.attention(q, q, q, batch=visattn.VarlenBatch([0, 16]), out=out)
+
+
+@pytest.mark.skipif(not CUDNN, reason="no usable cudnn backend here")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("dim", [64, 72, 80, 128])
+def test_cudnn_fused_qkv_views_and_lse_match_sdpa(dtype, dim):
+    torch.manual_seed(dim)
+    lengths = [0, 33, 1, 64, 0, 129]
+    cu = [0]
+    for n in lengths:
+        cu.append(cu[-1] + n)
+    qkv = torch.randn(cu[-1], 3, 4, dim, dtype=dtype, device="cuda")
+    q, k, v = qkv.unbind(1)  # strided views into one buffer, as cuDNN's ragged offsets take them
+    out, lse = visattn.attention(q, k, v, cu, return_lse=True, backend="cudnn")
+    error = (out.double().cpu() - sdpa_per_image(q, k, v, cu)).abs().max().item()
+    assert error <= CAPS[dtype], error
+    scale = 1 / math.sqrt(dim)
+    for s, e in zip(cu[:-1], cu[1:]):
+        if s < e:
+            qi, ki = q[s:e].double().transpose(0, 1), k[s:e].double().transpose(0, 1)
+            expected = torch.logsumexp(qi @ ki.transpose(1, 2) * scale, dim=-1)  # [heads, n]
+            assert (lse[:, s:e].double() - expected).abs().max().item() <= 1e-3
+
+
+@pytest.mark.skipif(not CUDNN, reason="no usable cudnn backend here")
+def test_cudnn_declines_windows_and_auto_runs_them_elsewhere():
+    q = torch.randn(16, 2, 64, dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(ValueError, match="backend='cudnn': window: window_left=4"):
+        visattn.attention(q, q, q, [0, 16], window=(4, 4), backend="cudnn")
+    visattn.attention(q, q, q, [0, 16], window=(4, 4))  # auto: the cuda kernel runs windows
+
+
+@pytest.mark.skipif(not CUDNN, reason="no usable cudnn backend here")
+def test_cudnn_graph_capture_and_replay_with_new_image_sizes():
+    torch.manual_seed(6)
+    tokens, heads, dim = 300, 4, 80
+    q, k, v = (torch.randn(tokens, heads, dim, dtype=torch.bfloat16, device="cuda") for _ in range(3))
+    out = torch.empty_like(q)
+    batch = visattn.VarlenBatch([0, 100, 300]).prepare("cuda")
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up outside the graph: builds the cuDNN plan
+        visattn.attention(q, k, v, batch=batch, out=out, backend="cudnn")
+    torch.cuda.current_stream().wait_stream(side)
+    plans = cudnn_plans_built()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        visattn.attention(q, k, v, batch=batch, out=out, backend="cudnn")
+    assert cudnn_plans_built() == plans  # capturing built nothing
+
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, visattn.attention(q, k, v, [0, 100, 300], backend="cudnn"))
+
+    batch.update_device([0, 7, 7, 64, 250, 300])  # same bucket: 8 images, max_seqlen 1024
+    for x in (q, k, v):
+        x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, visattn.attention(q, k, v, [0, 7, 7, 64, 250, 300], backend="cudnn"))
 
 
 @pytest.mark.parametrize("form", ["int32", "int64", "list", "cuda_graph_list"])

@@ -158,7 +158,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=Non
 
 
 def backends():
-    """Every backend of this build: name, device, availability (and why not), dtypes."""
+    """Every backend of this build: name, device, availability (and why not), dtypes, and
+    plans_built (cuDNN plans this process built, for `cudnn`; 0 for the others)."""
     return _C.backends()
 
 

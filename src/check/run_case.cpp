@@ -8,6 +8,8 @@
 #include "check/case_data.h"
 #include "check/device_case.h"
 #include "check/oracle.h"
+#include "core/backend.h"
+#include "core/validate.h"
 #include "visattn/error.h"
 
 namespace visattn::check {
@@ -26,7 +28,25 @@ DeviceType backend_device(std::string_view backend) {
   const auto b = find_backend(backend);
   return b ? b->device : DeviceType::cpu;
 }
+
 }  // namespace
+
+std::string declined_by(std::string_view backend, const TensorView& q, const TensorView& k,
+                        const TensorView& v, const TensorView& out, const VarlenBatch& batch,
+                        const AttentionOptions& options) {
+  const auto& table = backend_table();
+  const auto it = std::find_if(table.begin(), table.end(), [&](const Backend& b) { return backend == b.name; });
+  if (it == table.end() || !it->declines) return {};
+  AttentionParams params;
+  try {
+    params = validate_attention_args(q, k, v, out, batch, options);
+  } catch (const Error&) {
+    return {};
+  }
+  return it->declines(params).value_or(std::string());
+}
+
+std::string skip_category(const std::string& reason) { return reason.substr(0, reason.find(':')); }
 
 std::string unsupported_by(std::string_view backend, const CaseSpec& spec) {
   const auto b = find_backend(backend);
@@ -41,14 +61,18 @@ std::string unsupported_by(std::string_view backend, const CaseSpec& spec) {
 }
 
 CaseResult run_case(const CaseSpec& spec, std::string_view backend) {
-  CaseResult result{spec, {}};
+  CaseResult result{spec, {}, {}};
   CaseData data = make_case_data(spec);
   try {
     if (backend_device(backend) == DeviceType::cuda) {
-      const DeviceCase device(data, 0);
+      const DeviceCase device(data, 0);  // the views as the backend gets them: device addresses
+      result.skipped = declined_by(backend, device.q, device.k, device.v, device.out, data.batch, device.options);
+      if (!result.skipped.empty()) return result;
       attention(device.q, device.k, device.v, device.out, data.batch, device.options, backend);
       device.copy_outputs_to(data);
     } else {
+      result.skipped = declined_by(backend, data.q, data.k, data.v, data.out, data.batch, data.options);
+      if (!result.skipped.empty()) return result;
       attention(data.q, data.k, data.v, data.out, data.batch, data.options, backend);
     }
   } catch (const Error& e) {

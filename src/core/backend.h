@@ -1,6 +1,8 @@
 // The interface every backend implements, and the one table that lists them.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +25,14 @@ struct Backend {
   std::string (*detail)();
   // Runs validated params. Never validates user input, never allocates device memory.
   void (*run)(const AttentionParams& params);
+  // Why it declines these validated params (an option, a head dim, a stride or an alignment it
+  // cannot take), or nothing; null: it takes every call of its dtypes and head dims. Pure (reads
+  // no tensor, asks no device), checked before run: "auto" passes such calls to another
+  // backend, an explicit choice fails with the reason (ErrorCode::unsupported), and
+  // `visattn check` counts the case as skipped with it.
+  std::optional<std::string> (*declines)(const AttentionParams& params) = nullptr;
+  // Plans built so far in this process, for backends that build plans; null otherwise.
+  int64_t (*plans_built)() = nullptr;
 };
 
 // Every backend compiled into this build, in a fixed order.

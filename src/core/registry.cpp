@@ -5,6 +5,9 @@
 #if VISATTN_WITH_CUDA
 #include "backends/cuda/cuda_backend.h"
 #endif
+#if VISATTN_WITH_CUDNN
+#include "backends/cudnn/cudnn_backend.h"
+#endif
 #include "backends/reference/reference.h"
 #include "core/backend.h"
 #include "core/error_message.h"
@@ -31,6 +34,20 @@ std::vector<const Backend*> available_for(DeviceType device) {
   return result;
 }
 
+// Backends of `device`, highest auto_priority first (table order among equals). "auto" walks
+// them in this order and asks a backend whether it is available only when every better one
+// failed, so a lower backend (cudnn, which loads a library to answer) costs nothing while a
+// better one runs the call.
+std::vector<const Backend*> by_priority(DeviceType device) {
+  std::vector<const Backend*> result;
+  for (const Backend& b : backend_table()) {
+    if (b.device == device) result.push_back(&b);
+  }
+  std::stable_sort(result.begin(), result.end(),
+                   [](const Backend* a, const Backend* b) { return a->auto_priority > b->auto_priority; });
+  return result;
+}
+
 // Empty when `backend` runs this dtype and head_dim; otherwise why not.
 std::string unsupported_reason(const Backend& backend, const AttentionParams& p) {
   if (std::find(backend.dtypes.begin(), backend.dtypes.end(), p.dtype) == backend.dtypes.end()) {
@@ -52,6 +69,9 @@ std::string unsupported_reason(const Backend& backend, const AttentionParams& p)
     os << ")";
     return os.str();
   }
+  if (backend.declines) {
+    if (std::optional<std::string> why = backend.declines(p)) return *why;
+  }
   return {};
 }
 
@@ -68,6 +88,13 @@ const std::vector<Backend>& backend_table() {
       {"cuda", "one-launch varlen flash attention on tensor cores (sm80+)", DeviceType::cuda, 10,
        {DType::f16, DType::bf16}, {}, 256, cuda::unavailable_reason, cuda::describe, cuda::run},
 #endif
+#if VISATTN_WITH_CUDNN
+      // Below `cuda` until the bench shows where it is faster; never picked by auto for calls
+      // it declines (windows, sinks, misaligned views), nor where cuDNN is missing.
+      {"cudnn", "cuDNN fused attention (graph SDPA), ragged layout: one call per batch, plans cached by bucket",
+       DeviceType::cuda, 5, {DType::f16, DType::bf16}, {}, 256, cudnn::unavailable_reason,
+       cudnn::describe, cudnn::run, cudnn::declines, cudnn::plans_built},
+#endif
   };
   return table;
 }
@@ -75,26 +102,22 @@ const std::vector<Backend>& backend_table() {
 const Backend& select_backend(std::string_view requested, const AttentionParams& p) {
   const auto& table = backend_table();
   if (requested == "auto") {
-    const Backend* best = nullptr;
-    for (const Backend* b : available_for(p.device.type)) {
-      if (unsupported_reason(*b, p).empty() && (!best || b->auto_priority > best->auto_priority)) {
-        best = b;
+    std::string why;  // what each available backend of that device lacks
+    for (const Backend* b : by_priority(p.device.type)) {
+      if (!b->unavailable_reason().empty()) continue;
+      if (std::string reason = unsupported_reason(*b, p); !reason.empty()) {
+        why += concat("; ", b->name, ": ", reason);
+        continue;
       }
-    }
-    if (!best) {
-      std::string why;  // what each backend of that device lacks
-      for (const Backend* b : available_for(p.device.type)) {
-        why += concat("; ", b->name, ": ", unsupported_reason(*b, p));
+      if (debug_log_enabled()) {
+        debug_log(concat("auto chose backend '", b->name, "' for ", device_name(p.device), " ",
+                         dtype_name(p.dtype), " head_dim ", p.head_dim));
       }
-      fail(ErrorCode::backend_unavailable, "backend=auto: no backend available here runs ",
-           dtype_name(p.dtype), " head_dim ", p.head_dim, " on ", device_name(p.device),
-           why.empty() ? " (none is available for that device)" : why);
+      return *b;
     }
-    if (debug_log_enabled()) {
-      debug_log(concat("auto chose backend '", best->name, "' for ", device_name(p.device), " ",
-                       dtype_name(p.dtype), " head_dim ", p.head_dim));
-    }
-    return *best;
+    fail(ErrorCode::backend_unavailable, "backend=auto: no backend available here runs ",
+         dtype_name(p.dtype), " head_dim ", p.head_dim, " on ", device_name(p.device),
+         why.empty() ? " (none is available for that device)" : why);
   }
   const auto it = std::find_if(table.begin(), table.end(),
                                [&](const Backend& b) { return requested == b.name; });
@@ -131,21 +154,18 @@ std::vector<BackendInfo> backends() {
     std::string reason = b.unavailable_reason();
     const bool available = reason.empty();  // before `reason` is moved from
     result.push_back({b.name, b.description, b.device, available, std::move(reason), b.dtypes, b.head_dims,
-                      b.max_head_dim, b.detail && available ? b.detail() : std::string()});
+                      b.max_head_dim, b.detail && available ? b.detail() : std::string(),
+                      b.plans_built ? b.plans_built() : 0});
   }
   return result;
 }
 
 std::string auto_backend(DeviceType device) {
-  const Backend* best = nullptr;
-  for (const Backend* b : available_for(device)) {
-    if (!best || b->auto_priority > best->auto_priority) best = b;
+  for (const Backend* b : by_priority(device)) {
+    if (b->unavailable_reason().empty()) return b->name;
   }
-  if (!best) {
-    fail(ErrorCode::backend_unavailable, "no backend is available for ",
-         device == DeviceType::cpu ? "cpu" : "cuda", " tensors in this build");
-  }
-  return best->name;
+  fail(ErrorCode::backend_unavailable, "no backend is available for ",
+       device == DeviceType::cpu ? "cpu" : "cuda", " tensors in this build");
 }
 
 }  // namespace visattn

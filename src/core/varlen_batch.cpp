@@ -7,6 +7,9 @@
 #if VISATTN_WITH_CUDA
 #include "backends/cuda/cuda_backend.h"
 #endif
+#if VISATTN_WITH_CUDNN
+#include "backends/cudnn/cudnn_backend.h"
+#endif
 
 namespace visattn {
 
@@ -162,6 +165,9 @@ void VarlenBatch::prepare(const Device& device, void* cuda_stream) {
          " needs no preparation; only cuda devices do");
   }
   device_metadata_ = cuda::prepare(*this, device.index, cuda_stream);
+#if VISATTN_WITH_CUDNN
+  cudnn::reserve_workspace(device.index);  // the cudnn backend's workspace grows here, not in attention()
+#endif
 #else
   (void)cuda_stream;
   fail(ErrorCode::backend_unavailable, "prepare: this build has no CUDA backend (device ",

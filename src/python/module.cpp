@@ -88,6 +88,7 @@ nb::dict backend_dict(const BackendInfo& b) {
   d["head_dims"] = b.head_dims;
   d["max_head_dim"] = b.max_head_dim;
   d["detail"] = b.detail;
+  d["plans_built"] = b.plans_built;
   return d;
 }
 

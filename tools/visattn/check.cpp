@@ -1,6 +1,7 @@
 // visattn check: random varlen cases against the fp64 oracle, judged by the tolerance rule.
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -82,17 +83,28 @@ int run_check(const CheckOptions& options) {
 
   Coverage coverage;
   int passed = 0, failed = 0, skipped = 0;
-  std::set<std::string> skip_reasons;
+  std::map<std::string, int> skip_reasons;       // reason (declines: its category) -> cases
+  std::map<std::string, std::string> declined;   // category -> the first full reason
   const auto start = std::chrono::steady_clock::now();
   auto last_report = start;
   for (int index = first; index < last; ++index) {
     const check::CaseSpec spec = check::make_case(options.seed, index);
     if (const std::string reason = check::unsupported_by(backend, spec); !reason.empty()) {
       ++skipped;
-      skip_reasons.insert(reason);
+      ++skip_reasons[reason];
       continue;
     }
     const check::CaseResult r = check::run_case(spec, backend);
+    if (!r.skipped.empty()) {  // declined before running (never an error it raised)
+      ++skipped;
+      const std::string category = check::skip_category(r.skipped);
+      ++skip_reasons[category];
+      declined.emplace(category, r.skipped);
+      if (options.verbose || options.only_case) {
+        std::printf("skip case %d: %s: %s\n", index, check::describe(spec).c_str(), r.skipped.c_str());
+      }
+      continue;
+    }
     coverage.add(spec);
     if (r.verdict.passed) {
       ++passed;
@@ -117,8 +129,12 @@ int run_check(const CheckOptions& options) {
   std::printf("%s\n", coverage.summary().c_str());
   if (skipped) {
     std::string reasons;
-    for (const auto& r : skip_reasons) reasons += (reasons.empty() ? "" : ", ") + r;
-    std::printf("skipped: %d cases the backend does not support (%s)\n", skipped, reasons.c_str());
+    for (const auto& [reason, count] : skip_reasons) {
+      reasons += (reasons.empty() ? "" : ", ") + reason + " " + std::to_string(count);
+    }
+    std::printf("skipped: %d cases the backend does not support or declines (%s)\n", skipped,
+                reasons.c_str());
+    for (const auto& [category, reason] : declined) std::printf("  e.g. %s\n", reason.c_str());
     std::printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
   } else {
     std::printf("%d passed, %d failed\n", passed, failed);

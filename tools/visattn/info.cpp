@@ -19,7 +19,8 @@ nlohmann::json backend_json(const BackendInfo& b) {
           {"dtypes", dtypes},
           {"head_dims", b.head_dims},
           {"max_head_dim", b.max_head_dim},
-          {"detail", b.detail}};
+          {"detail", b.detail},
+          {"plans_built", b.plans_built}};
 }
 
 std::string auto_choice(DeviceType device) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/device_metadata.h"
 #include "backends/cuda/flash_params.h"
 #include "core/error_message.h"
 
@@ -16,38 +17,8 @@ namespace visattn::cuda {
 
 namespace {
 
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) {
-    fail(ErrorCode::internal, "cuda: ", what, " failed: ", cudaGetErrorString(status));
-  }
-}
-
-// Restores the caller's current device on scope exit.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    check(cudaGetDevice(&previous_), "cudaGetDevice");
-    if (device != previous_) check(cudaSetDevice(device), "cudaSetDevice");
-  }
-  ~DeviceGuard() { cudaSetDevice(previous_); }
-
- private:
-  int previous_ = 0;
-};
-
-// The device image of a batch: [tile count (int32, padded to 16 bytes)] [cu_seqlens,
-// image_capacity + 1] [tile schedule, tile_capacity], sized by capacities so that a later batch
-// of the same bucket can be written over it (graph replay).
-struct Layout {
-  int64_t image_capacity, tile_capacity;
-  size_t cu_offset, schedule_offset, bytes;
-
-  Layout(int64_t images, int64_t tiles) : image_capacity(images), tile_capacity(tiles) {
-    cu_offset = 16;
-    schedule_offset = (cu_offset + 4 * size_t(images + 1) + 15) / 16 * 16;
-    bytes = schedule_offset + sizeof(Tile) * size_t(tiles);
-  }
-};
+// 16-byte alignment of every region of the metadata buffer.
+size_t align16(size_t bytes) { return (bytes + 15) / 16 * 16; }
 
 // The kernel's tiles (see Tile): an image longer than a tile is cut into tiles of kTileRows
 // rows, one group; runs of consecutive shorter images share a tile while their tokens fit
@@ -122,27 +93,44 @@ std::vector<char> device_image(const VarlenBatch& batch, const Layout& layout) {
 
 }  // namespace
 
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    fail(ErrorCode::internal, "cuda: ", what, " failed: ", cudaGetErrorString(status));
+  }
+}
+
+DeviceGuard::DeviceGuard(int device) {
+  check(cudaGetDevice(&previous_), "cudaGetDevice");
+  if (device != previous_) check(cudaSetDevice(device), "cudaSetDevice");
+}
+
+DeviceGuard::~DeviceGuard() { cudaSetDevice(previous_); }
+
+Layout::Layout(int64_t images, int64_t tiles) : image_capacity(images), tile_capacity(tiles) {
+  cu_offset = 16;
+  seq_len_offset = align16(cu_offset + 4 * size_t(images + 1));
+  ragged_offset = align16(seq_len_offset + 4 * size_t(images));
+  ragged_array_bytes = align16(8 * size_t(images + 1));
+  schedule_offset = ragged_offset + cudnn::kRaggedTensors * ragged_array_bytes;
+  bytes = schedule_offset + sizeof(Tile) * size_t(tiles);
+}
+
 }  // namespace visattn::cuda
 
 namespace visattn {
 
-// A batch prepared on one GPU (see VarlenBatch::prepare).
-struct DeviceMetadata {
-  int device;
-  cuda::Layout layout;
-  void* buffer = nullptr;
+DeviceMetadata::DeviceMetadata(int device, const cuda::Layout& layout, int64_t max_seqlen_bound)
+    : device(device), layout(layout), max_seqlen_bound(max_seqlen_bound) {}
 
-  DeviceMetadata(int device, const cuda::Layout& layout) : device(device), layout(layout) {}
-  ~DeviceMetadata() {
-    if (buffer) {
-      int previous = 0;
-      cudaGetDevice(&previous);
-      cudaSetDevice(device);
-      cudaFree(buffer);
-      cudaSetDevice(previous);
-    }
+DeviceMetadata::~DeviceMetadata() {
+  if (buffer) {
+    int previous = 0;
+    cudaGetDevice(&previous);
+    cudaSetDevice(device);
+    cudaFree(buffer);
+    cudaSetDevice(previous);
   }
-};
+}
 
 }  // namespace visattn
 
@@ -163,13 +151,6 @@ void upload(DeviceMetadata& prepared, const VarlenBatch& batch, void* stream_han
 Layout layout_for(const VarlenBatch& batch) {
   const int64_t images = batch.batch_bucket(), tokens = batch.total_tokens();
   return Layout(images, (tokens + kTileRows - 1) / kTileRows + images);
-}
-
-int compute_capability(int device) {
-  int major = 0, minor = 0;
-  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
-  check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "cudaDeviceGetAttribute");
-  return major * 10 + minor;
 }
 
 // For batches nobody prepared: one per device, grown as needed, reused under a lock.
@@ -193,6 +174,56 @@ bool vector_io(const AttentionParams& p) {
 constexpr int kPaddedHeadDims[] = {32, 64, 80, 96, 128, 256};
 
 }  // namespace
+
+int compute_capability(int device) {
+  int major = 0, minor = 0;
+  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
+  check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "cudaDeviceGetAttribute");
+  return major * 10 + minor;
+}
+
+MetadataLease::MetadataLease(const AttentionParams& p) : stream_(static_cast<cudaStream_t>(p.cuda_stream)) {
+  if (p.prepared) {
+    metadata_ = p.prepared;
+    return;
+  }
+  // An unprepared batch is uploaded here (a copy and a sync per call): not while capturing.
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(stream_, &capturing), "cudaStreamIsCapturing");
+  if (capturing != cudaStreamCaptureStatusNone) {
+    fail(ErrorCode::invalid_value, "batch: call VarlenBatch.prepare(", device_name(p.device),
+         ") before capturing a CUDA graph; an unprepared batch is copied to the GPU on every "
+         "call, which a graph cannot hold");
+  }
+  const int device = p.device.index;
+  prepared_ = false;
+  scratch_lock_ = std::unique_lock(scratch_mutex);
+  if (int(scratch.size()) <= device) scratch.resize(device + 1);
+  std::unique_ptr<DeviceMetadata>& slot = scratch[device];
+  const VarlenBatch batch = VarlenBatch::from_cu_seqlens(
+      std::span<const int32_t>(p.cu_seqlens, size_t(p.num_images + 1)));
+  const Layout needed = layout_for(batch);
+  if (!slot || slot->layout.bytes < needed.bytes || slot->layout.image_capacity < needed.image_capacity ||
+      slot->layout.tile_capacity < needed.tile_capacity) {
+    slot = std::make_unique<DeviceMetadata>(device, needed, batch.max_seqlen_bucket());
+    check(cudaMalloc(&slot->buffer, needed.bytes), "cudaMalloc (batch metadata)");
+  }
+  upload(*slot, batch, p.cuda_stream);
+  metadata_ = slot.get();
+}
+
+void MetadataLease::finish() {
+  // The scratch metadata is shared by every unprepared call on this device: finish with it.
+  if (scratch_lock_.owns_lock()) {
+    const cudaError_t status = cudaStreamSynchronize(stream_);
+    scratch_lock_.unlock();
+    check(status, "cudaStreamSynchronize");
+  }
+}
+
+MetadataLease::~MetadataLease() {
+  if (scratch_lock_.owns_lock()) cudaStreamSynchronize(stream_);  // a call that failed half way
+}
 
 std::vector<std::string> gpu_names() {
   int count = 0;
@@ -248,32 +279,8 @@ void run(const AttentionParams& p) {
          INT32_MAX - 256, " (split the batch)");
   }
   const auto stream = static_cast<cudaStream_t>(p.cuda_stream);
-
-  // An unprepared batch is uploaded here (a copy and a sync per call): not while capturing.
-  std::unique_lock<std::mutex> scratch_lock;
-  const DeviceMetadata* prepared = p.prepared;
-  if (!prepared) {
-    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-    check(cudaStreamIsCapturing(stream, &capturing), "cudaStreamIsCapturing");
-    if (capturing != cudaStreamCaptureStatusNone) {
-      fail(ErrorCode::invalid_value, "batch: call VarlenBatch.prepare(", device_name(p.device),
-           ") before capturing a CUDA graph; an unprepared batch is copied to the GPU on every "
-           "call, which a graph cannot hold");
-    }
-    scratch_lock = std::unique_lock(scratch_mutex);
-    if (int(scratch.size()) <= device) scratch.resize(device + 1);
-    std::unique_ptr<DeviceMetadata>& slot = scratch[device];
-    const VarlenBatch batch = VarlenBatch::from_cu_seqlens(
-        std::span<const int32_t>(p.cu_seqlens, size_t(p.num_images + 1)));
-    const Layout needed = layout_for(batch);
-    if (!slot || slot->layout.bytes < needed.bytes || slot->layout.image_capacity < needed.image_capacity ||
-        slot->layout.tile_capacity < needed.tile_capacity) {
-      slot = std::make_unique<DeviceMetadata>(device, needed);
-      check(cudaMalloc(&slot->buffer, needed.bytes), "cudaMalloc (batch metadata)");
-    }
-    upload(*slot, batch, p.cuda_stream);
-    prepared = slot.get();
-  }
+  MetadataLease lease(p);
+  const DeviceMetadata* prepared = &lease.metadata();
 
   KernelParams kp{};
   kp.q = p.q, kp.k = p.k, kp.v = p.v, kp.out = p.out;
@@ -299,13 +306,12 @@ void run(const AttentionParams& p) {
   }
   const dim3 grid{unsigned(blocks)};
   check(launch_flash_forward(kp, p.dtype == DType::bf16, *padded, grid, stream), "kernel launch");
-  // The scratch metadata is shared by every unprepared call on this device: finish with it.
-  if (scratch_lock.owns_lock()) check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  lease.finish();
 }
 
 std::shared_ptr<DeviceMetadata> prepare(const VarlenBatch& batch, int device, void* stream) {
   DeviceGuard guard(device);
-  auto prepared = std::make_shared<DeviceMetadata>(device, layout_for(batch));
+  auto prepared = std::make_shared<DeviceMetadata>(device, layout_for(batch), batch.max_seqlen_bucket());
   check(cudaMalloc(&prepared->buffer, prepared->layout.bytes), "cudaMalloc (batch metadata)");
   upload(*prepared, batch, stream);
   return prepared;
@@ -313,6 +319,17 @@ std::shared_ptr<DeviceMetadata> prepare(const VarlenBatch& batch, int device, vo
 
 void update(DeviceMetadata& prepared, const VarlenBatch& batch, void* stream) {
   DeviceGuard guard(prepared.device);
+  // A cudnn plan (and a graph captured with it) covers images up to the bound it was built for.
+  if (const int64_t bucket = batch.max_seqlen_bucket(); bucket > prepared.max_seqlen_bound) {
+    if (prepared.max_seqlen_bound_used) {
+      fail(ErrorCode::invalid_value, "update_device: an image of ", batch.max_seqlen(),
+           " tokens is longer than the max_seqlen bucket ", prepared.max_seqlen_bound.load(),
+           " this batch was prepared for, and the cudnn backend has planned for that bucket (a "
+           "captured graph cannot see longer images); prepare a batch with max_seqlen >= ",
+           batch.max_seqlen(), " instead");
+    }
+    prepared.max_seqlen_bound = bucket;
+  }
   upload(prepared, batch, stream);
 }
 

@@ -1,0 +1,155 @@
+#include "backends/cudnn/cudnn_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <span>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/device_metadata.h"
+#include "backends/cudnn/library.h"
+#include "backends/cudnn/plan_cache.h"
+#include "backends/cudnn/plan_key.h"
+#include "backends/cudnn/ragged_indices.h"
+#include "core/error_message.h"
+#include "visattn/varlen_batch.h"
+
+namespace visattn::cudnn {
+
+namespace {
+
+constexpr int kMaxHeadDim = 256;  // Hopper and Ampere since cuDNN 9.9/9.10; older ones build no plan
+
+bool aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
+
+// Why cuDNN cannot take a [tokens, heads, head_dim] operand: it moves q, k, v and out in
+// 16-byte vectors (and TMA tiles), so their pointers and every stride it steps over must be
+// multiples of 16 bytes (the frontend checks; misaligned calls give wrong output on sm90).
+std::string misaligned(const char* name, const void* data, int64_t token_stride,
+                       int64_t head_stride, int heads, int64_t element_bytes) {
+  const char* advice = "; cuDNN moves q, k, v and out in 16-byte vectors (pad rows to a "
+                       "multiple of 8 elements, or use backend 'cuda')";
+  if (!aligned16(data)) {
+    return concat("alignment: ", name, " starts at ", data, ", not a multiple of 16 bytes", advice);
+  }
+  if (token_stride * element_bytes % 16 != 0) {
+    return concat("alignment: ", name, " token stride ", token_stride, " (", token_stride * element_bytes,
+                  " bytes) is not a multiple of 16 bytes", advice);
+  }
+  if (heads > 1 && head_stride * element_bytes % 16 != 0) {
+    return concat("alignment: ", name, " head stride ", head_stride, " (", head_stride * element_bytes,
+                  " bytes) is not a multiple of 16 bytes", advice);
+  }
+  return {};
+}
+
+}  // namespace
+
+std::optional<std::string> declines(const AttentionParams& p) {
+  if (p.dtype != DType::f16 && p.dtype != DType::bf16) {
+    return concat("dtype: ", dtype_name(p.dtype),
+                  " is not supported; cuDNN's fused attention runs f16 and bf16");
+  }
+  if (p.head_dim % 8 != 0 || p.head_dim > kMaxHeadDim) {
+    return concat("head_dim: ", p.head_dim, " is not supported; cuDNN's fused attention runs head dims "
+                  "that are multiples of 8 up to ", kMaxHeadDim, " (8, 16, 24, ..., 248, 256)");
+  }
+  if (p.window_left >= 0 || p.window_right >= 0) {
+    return concat("window: window_left=", p.window_left, ", window_right=", p.window_right,
+                  "; this backend runs full attention within each image (backend 'cuda' runs windows)");
+  }
+  if (p.sinks) {
+    return std::string("sinks: attention sinks are not supported by this backend (backend 'cuda' runs them)");
+  }
+  const int64_t bytes = dtype_size(p.dtype);
+  const struct {
+    const char* name;
+    const void* data;
+    int64_t token_stride, head_stride;
+    int heads;
+  } operands[] = {{"q", p.q, p.q_token_stride, p.q_head_stride, p.num_heads},
+                  {"k", p.k, p.k_token_stride, p.k_head_stride, p.num_kv_heads},
+                  {"v", p.v, p.v_token_stride, p.v_head_stride, p.num_kv_heads},
+                  {"out", p.out, p.out_token_stride, p.out_head_stride, p.num_heads}};
+  for (const auto& o : operands) {
+    std::string why = misaligned(o.name, o.data, o.token_stride, o.head_stride, o.heads, bytes);
+    if (!why.empty()) return why;
+  }
+  if (p.lse && !aligned16(p.lse)) {
+    return concat("alignment: lse starts at ", static_cast<const void*>(p.lse),
+                  ", not a multiple of 16 bytes (cuDNN assumes 16-byte aligned tensors)");
+  }
+  return std::nullopt;
+}
+
+std::string unavailable_reason() {
+  // No GPU: say so, without loading cuDNN.
+  if (std::string gpu = cuda::unavailable_reason(); !gpu.empty()) return gpu;
+  return library().problem;
+}
+
+std::string describe() {
+  const Library& lib = library();
+  return concat("cuDNN ", version_string(lib.version), " (", lib.path, "), frontend ", frontend_version(),
+                ": ragged SDPA forward, f16/bf16, head dims multiples of 8 up to ", kMaxHeadDim,
+                ", no window or sinks; ", plans_built(), " plans built");
+}
+
+void run(const AttentionParams& p) {
+  // The registry asked already; direct callers (tests) get the same answer.
+  if (const auto why = declines(p)) fail(ErrorCode::unsupported, "backend='cudnn': ", *why);
+  const Library& lib = library();
+  if (!lib.usable) fail(ErrorCode::backend_unavailable, "backend='cudnn' is unavailable: ", lib.problem);
+  const int device = p.device.index;
+  const cuda::DeviceGuard guard(device);
+  const int cc = cuda::compute_capability(device);
+  if (cc < 80) {
+    fail(ErrorCode::unsupported, "backend='cudnn': ", device_name(p.device), " is sm", cc,
+         "; cuDNN's fused attention needs sm80 or newer");
+  }
+  if (cc < 90 && lib.version < kRaggedBeforeSm90Version) {
+    fail(ErrorCode::unsupported, "backend='cudnn': ragged (packed) attention on ", device_name(p.device),
+         " (sm", cc, ") needs cuDNN ", version_string(kRaggedBeforeSm90Version), " or newer, found ",
+         version_string(lib.version), " (sm90 and newer run it from ", version_string(kMinimumVersion), ")");
+  }
+  const auto stream = static_cast<cudaStream_t>(p.cuda_stream);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  cuda::check(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
+
+  cuda::MetadataLease lease(p);  // refuses an unprepared batch while capturing
+  const DeviceMetadata& metadata = lease.metadata();
+  // The plan's batch and longest image: a prepared batch's are fixed by its buffers (a graph
+  // captured with them replays on any batch update_device writes there); an unprepared one's
+  // are its own buckets.
+  int64_t batch = 0, max_seqlen = 0;
+  if (lease.prepared()) {
+    batch = metadata.layout.image_capacity;
+    metadata.max_seqlen_bound_used = true;
+    max_seqlen = metadata.max_seqlen_bound;
+  } else {
+    const VarlenBatch own = VarlenBatch::from_cu_seqlens(
+        std::span<const int32_t>(p.cu_seqlens, size_t(p.num_images + 1)), p.max_seqlen);
+    batch = own.batch_bucket();
+    max_seqlen = own.max_seqlen_bucket();
+  }
+  const PlanKey key = plan_key(p, batch, max_seqlen, lib.version);
+
+  RaggedIndexArgs indices{};
+  indices.cu_seqlens = metadata.cu_seqlens();
+  indices.batch = batch;
+  indices.seq_len = metadata.seq_len();
+  const int64_t token_strides[kRaggedTensors] = {p.q_token_stride, p.k_token_stride, p.v_token_stride,
+                                                 p.out_token_stride, p.lse ? p.lse_token_stride : 0};
+  CallTensors tensors{p.q, p.k, p.v, p.out, p.lse, metadata.seq_len(), {}};
+  for (int t = 0; t < kRaggedTensors; ++t) {
+    indices.offsets[t] = metadata.ragged_offsets(RaggedTensor(t));
+    indices.token_stride[t] = token_strides[t];
+    tensors.offsets[t] = indices.offsets[t];
+  }
+  run_plan(key, tensors, stream, capture != cudaStreamCaptureStatusNone, [&] {
+    cuda::check(static_cast<cudaError_t>(launch_ragged_indices(indices, stream)),
+                "ragged index kernel launch");
+  });
+  lease.finish();
+}
+
+}  // namespace visattn::cudnn
