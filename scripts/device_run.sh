@@ -6,7 +6,8 @@
 # Knobs (environment): QUICK=1 runs 100 check cases and skips ctest, compute-sanitizer and
 # pytest (kernel iterations); SKIP_CPU_BENCH=1; PROFILE=workload[,..] adds an Nsight Compute
 # report of one cuda kernel launch per workload (ncu.txt); BENCH_ARGS go to bench/gpu_bench.py;
-# VARIANTS (below) benches kernel variants picked by environment variables.
+# VARIANTS (below) benches kernel variants picked by environment variables; CROSSOVER=1 benches
+# cuda against cudnn by image length.
 set -uo pipefail
 OUT=${OUT:-/tmp/visattn-out}
 LOGS=$OUT/logs  # tarred at the end: the device returns at most 8 files
@@ -76,14 +77,22 @@ PYTHONUNBUFFERED=1 python3 bench/gpu_bench.py --workloads bench/public_workloads
   2> "$LOGS/gpu_bench_err.log" | tee "$OUT/gpu_bench.txt"; tail -5 "$LOGS/gpu_bench_err.log"
 
 # VARIANTS="name:VAR=value[,VAR=value] ...": kernel variants picked by environment variables,
-# each checked (100 cases) and benched (cuda only) into bench_<name>.json.
+# each checked (100 cases) and benched into bench_<name>.json (backends VARIANT_BACKENDS,
+# default cuda; the check runs the first of them).
 for variant in ${VARIANTS:-}; do
-  name=${variant%%:*}; settings=${variant#*:}
+  name=${variant%%:*}; settings=${variant#*:}; backends=${VARIANT_BACKENDS:-cuda}
   log "variant $name ($settings)"
-  env ${settings//,/ } build/visattn check --backend cuda --cases 100 --seed 11 > "$LOGS/check_$name.log" 2>&1; tail -1 "$LOGS/check_$name.log" | tee -a "$OUT/summary.txt"
-  env ${settings//,/ } PYTHONUNBUFFERED=1 python3 bench/gpu_bench.py --workloads bench/public_workloads.json --backends cuda \
-    --json "$OUT/bench_$name.json" 2>> "$LOGS/gpu_bench_err.log" | tee -a "$OUT/summary.txt"
+  env ${settings//,/ } build/visattn check --backend "${backends%%,*}" --cases 100 --seed 11 > "$LOGS/check_$name.log" 2>&1; tail -1 "$LOGS/check_$name.log" | tee -a "$OUT/summary.txt"
+  env ${settings//,/ } PYTHONUNBUFFERED=1 python3 bench/gpu_bench.py --workloads bench/public_workloads.json --backends "$backends" \
+    ${VARIANT_ARGS:-} --json "$OUT/bench_$name.json" 2>> "$LOGS/gpu_bench_err.log" | tee -a "$OUT/summary.txt"
 done
+
+# CROSSOVER=1: cuda vs cudnn on uniform batches of every image length (the table auto uses).
+if [ -n "${CROSSOVER:-}" ]; then
+  log "crossover: cuda vs cudnn by head dim and image length"
+  PYTHONUNBUFFERED=1 python3 bench/gpu_bench.py --workloads bench/crossover_workloads.json --backends cuda,cudnn \
+    --json "$OUT/bench_crossover.json" 2>> "$LOGS/gpu_bench_err.log" | tee -a "$OUT/summary.txt"
+fi
 
 if [ -n "${PROFILE:-}" ]; then
   log "ncu: one cuda kernel launch of $PROFILE"
