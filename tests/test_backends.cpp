@@ -68,6 +68,8 @@ const Adversarial kAdversarial[] = {
     {"thousands_of_tiny_segments", std::vector<int64_t>(2000, 1), 2, 2, 32},
     {"tiny_and_large", {1, 509, 1, 1}, 1, 1, 256},
     {"head_dim_128_gqa4", {300, 17}, 8, 2, 128},
+    // 17.6 MB of fp32 output: the cpu backend streams it past the caches (non-temporal stores).
+    {"windows_past_16MB_of_output", std::vector<int64_t>(67, 64), 16, 16, 64},
 };
 
 class AdversarialShapes

@@ -12,6 +12,15 @@ struct Avx512Ops {
   static V set1(float x) { return _mm512_set1_ps(x); }
   static V load(const float* p) { return _mm512_loadu_ps(p); }
   static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  // dst[0..n) = src[0..n) with non-temporal stores where dst is 64-byte aligned (no read for
+  // ownership of lines nobody will read soon); fence() orders them before the call returns.
+  static void stream_row(float* dst, const float* src, int64_t n) {
+    int64_t i = 0;
+    for (; i < n && reinterpret_cast<uintptr_t>(dst + i) % 64 != 0; ++i) dst[i] = src[i];
+    for (; i + 16 <= n; i += 16) _mm512_stream_ps(dst + i, _mm512_loadu_ps(src + i));
+    for (; i < n; ++i) dst[i] = src[i];
+  }
+  static void fence() { _mm_sfence(); }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
   static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
   static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
