@@ -8,6 +8,7 @@
 #include <map>
 #include <vector>
 
+#include "backends/cudnn/auto_table.h"
 #include "backends/cudnn/cudnn_backend.h"
 #include "backends/cudnn/library.h"
 #include "backends/cudnn/plan_cache.h"
@@ -42,6 +43,15 @@ HostIndices compute(const std::vector<int32_t>& cu_padded, int64_t batch,
   }
   ragged_indices_host(args);
   return h;
+}
+
+// auto's table (auto_table.h): cuda below the measured crossover, cudnn above it.
+TEST(CudnnAutoTable, PrefersCudnnFromTheMeasuredCrossover) {
+  EXPECT_FALSE(cudnn::auto_prefers_shape(1089 * 55, 1089));  // qwen25vl-window: 64-token windows
+  EXPECT_FALSE(cudnn::auto_prefers_shape(512 * 64, 512));
+  EXPECT_TRUE(cudnn::auto_prefers_shape(256 * 128, 256));
+  EXPECT_TRUE(cudnn::auto_prefers_shape(64 * 577, 64));      // clip-l336
+  EXPECT_FALSE(cudnn::auto_prefers_shape(0, 0));             // nothing to run
 }
 
 TEST(CudnnRaggedIndices, LengthsAndOffsetsOfAPaddedBatch) {

@@ -33,6 +33,9 @@ struct Backend {
   std::optional<std::string> (*declines)(const AttentionParams& params) = nullptr;
   // Plans built so far in this process, for backends that build plans; null otherwise.
   int64_t (*plans_built)() = nullptr;
+  // Calls for which "auto" tries this backend before those of higher auto_priority (shapes
+  // where the bench shows it faster); null: none.
+  bool (*auto_prefers)(const AttentionParams& params) = nullptr;
 };
 
 // Every backend compiled into this build, in a fixed order.

@@ -89,11 +89,12 @@ const std::vector<Backend>& backend_table() {
        {DType::f16, DType::bf16}, {}, 256, cuda::unavailable_reason, cuda::describe, cuda::run},
 #endif
 #if VISATTN_WITH_CUDNN
-      // Below `cuda` until the bench shows where it is faster; never picked by auto for calls
-      // it declines (windows, sinks, misaligned views), nor where cuDNN is missing.
+      // Below `cuda`, and ahead of it where the bench shows it faster (auto_table.h); never
+      // picked by auto for calls it declines (windows, sinks, misaligned views), nor where
+      // cuDNN is missing.
       {"cudnn", "cuDNN fused attention (graph SDPA), ragged layout: one call per batch, plans cached by bucket",
        DeviceType::cuda, 5, {DType::f16, DType::bf16}, {}, 256, cudnn::unavailable_reason,
-       cudnn::describe, cudnn::run, cudnn::declines, cudnn::plans_built},
+       cudnn::describe, cudnn::run, cudnn::declines, cudnn::plans_built, cudnn::auto_prefers},
 #endif
   };
   return table;
@@ -102,6 +103,17 @@ const std::vector<Backend>& backend_table() {
 const Backend& select_backend(std::string_view requested, const AttentionParams& p) {
   const auto& table = backend_table();
   if (requested == "auto") {
+    // First a backend that prefers this call (its measured shapes), if it can run it.
+    for (const Backend* b : by_priority(p.device.type)) {
+      if (b->auto_prefers && b->auto_prefers(p) && b->unavailable_reason().empty() &&
+          unsupported_reason(*b, p).empty()) {
+        if (debug_log_enabled()) {
+          debug_log(concat("auto chose backend '", b->name, "' (it leads on this shape) for ",
+                           device_name(p.device), " ", dtype_name(p.dtype), " head_dim ", p.head_dim));
+        }
+        return *b;
+      }
+    }
     std::string why;  // what each available backend of that device lacks
     for (const Backend* b : by_priority(p.device.type)) {
       if (!b->unavailable_reason().empty()) continue;

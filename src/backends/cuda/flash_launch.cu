@@ -10,12 +10,12 @@ namespace visattn::cuda {
 
 namespace {
 
-template <typename T, int kHeadDimPad, int kMTiles, int kStages, int kMinBlocks = 1>
+template <typename T, int kHeadDimPad, int kMTiles, int kStages>
 cudaError_t launch_tiles(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
   using Config = TileConfig<kHeadDimPad, kMTiles, kStages>;
   constexpr size_t shared = Config::template shared_bytes<T>();
   static_assert(shared <= 99 * 1024, "the tiles must fit the shared memory of every sm80+ GPU");
-  auto kernel = flash_fwd_kernel<T, kHeadDimPad, kMTiles, kStages, kMinBlocks>;
+  auto kernel = flash_fwd_kernel<T, kHeadDimPad, kMTiles, kStages>;
   const cudaError_t status =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
   if (status != cudaSuccess) return status;
@@ -39,12 +39,6 @@ template <typename T, int kHeadDimPad>
 cudaError_t launch(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
   static const bool two_m_tiles = env_is("VISATTN_CUDA_ROWS_PER_WARP", "32");
   static const bool one_stage = env_is("VISATTN_CUDA_STAGES", "1");
-  // Experiment (VISATTN_CUDA_MIN_BLOCKS=3): one K/V buffer and registers capped at 168 for 3
-  // blocks per SM, i.e. more warps to hide the MMA latency (ncu on hd128-long4: 2 warps per
-  // scheduler, stalled on fixed-latency dependencies 36% of the time). ptxas spills 4-212
-  // bytes; a cap for 4 blocks spills over 1 KB.
-  static const bool three_blocks = env_is("VISATTN_CUDA_MIN_BLOCKS", "3");
-  if (three_blocks) return launch_tiles<T, kHeadDimPad, 1, 1, 3>(kp, grid, stream);
   if constexpr (kHeadDimPad <= 128) {
     if (two_m_tiles) {
       return one_stage ? launch_tiles<T, kHeadDimPad, 2, 1>(kp, grid, stream)

@@ -6,6 +6,7 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/device_metadata.h"
+#include "backends/cudnn/auto_table.h"
 #include "backends/cudnn/library.h"
 #include "backends/cudnn/plan_cache.h"
 #include "backends/cudnn/plan_key.h"
@@ -43,6 +44,15 @@ std::string misaligned(const char* name, const void* data, int64_t token_stride,
 }
 
 }  // namespace
+
+bool auto_prefers(const AttentionParams& p) {
+  int64_t images = 0;
+  for (int64_t i = 0; i < p.num_images; ++i) images += p.cu_seqlens[i + 1] > p.cu_seqlens[i];
+  if (!auto_prefers_shape(p.cu_seqlens[p.num_images], images)) return false;
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  return cudaStreamIsCapturing(static_cast<cudaStream_t>(p.cuda_stream), &capturing) == cudaSuccess &&
+         capturing == cudaStreamCaptureStatusNone;
+}
 
 std::optional<std::string> declines(const AttentionParams& p) {
   if (p.dtype != DType::f16 && p.dtype != DType::bf16) {

@@ -22,6 +22,10 @@ std::string describe();
 // groups skipped cases by.
 std::optional<std::string> declines(const AttentionParams& params);
 void run(const AttentionParams& params);
+// Whether "auto" should try cudnn before cuda for this call: batches whose mean image length
+// reaches the measured crossover (auto_table.h), outside stream capture (a capture may not
+// build a plan; cuda needs none).
+bool auto_prefers(const AttentionParams& params);
 // Plans built so far (plan_cache.cpp), for `visattn info` and Python's backends().
 int64_t plans_built();
 // VarlenBatch::prepare's hook: see the workspace rule in plan_cache.h.
