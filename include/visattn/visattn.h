@@ -3,6 +3,7 @@
 
 #include "visattn/attention.h"
 #include "visattn/error.h"
+#include "visattn/layer.h"
 #include "visattn/tensor.h"
 #include "visattn/varlen_batch.h"
 

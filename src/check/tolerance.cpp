@@ -56,6 +56,14 @@ Verdict judge_output(std::span<const float> out, std::span<const double> ref,
   return v;
 }
 
+Verdict judge_layer_output(std::span<const float> out, std::span<const double> ref,
+                           std::span<const float> baseline, DType dtype) {
+  double squares = 0;
+  for (double r : ref) squares += r * r;
+  const double rms = ref.empty() ? 0 : std::sqrt(squares / double(ref.size()));
+  return judge_output(out, ref, baseline, dtype, 2 * std::max(1.0, rms));
+}
+
 void judge_lse(std::span<const float> lse, std::span<const double> ref, Verdict& verdict) {
   for (size_t i = 0; i < ref.size(); ++i) {
     const double error = std::fabs(double(lse[i]) - ref[i]);

@@ -32,6 +32,12 @@ struct Verdict {
 // out, ref and baseline hold the same elements in the same order.
 Verdict judge_output(std::span<const float> out, std::span<const double> ref,
                      std::span<const float> baseline, DType dtype, double logit_std = 1.0);
+// The attention layer (GEMM, QK norm, rope, attention, GEMM) under the same rule: the baseline is
+// the layer composed in the dtype (fp32 arithmetic, rounded where the layer stores values), and
+// the cap, set for unit-variance attention outputs, doubles for the layer's extra rounding
+// stages and grows with the outputs' RMS.
+Verdict judge_layer_output(std::span<const float> out, std::span<const double> ref,
+                           std::span<const float> baseline, DType dtype);
 // Adds the LSE check to an existing verdict.
 void judge_lse(std::span<const float> lse, std::span<const double> ref, Verdict& verdict);
 
