@@ -10,7 +10,8 @@ from ._visattn import VarlenBatch as _CppBatch
 from . import _visattn as _C
 
 __version__ = _C.__version__
-__all__ = ["VarlenBatch", "attention", "flash_attn_varlen_func", "info", "backends"]
+__all__ = ["VarlenBatch", "attention", "flash_attn_varlen_func", "info", "backends",
+           "VisionAttentionLayer", "WindowLayout", "qwen25vl_window_layout"]
 
 
 class VarlenBatch:
@@ -174,8 +175,11 @@ def info():
         except RuntimeError as error:
             auto[device] = f"none ({error})"
     data["auto"] = auto
+    data["layer_gemm"] = {device: _C.layer_gemm(device) for device in ("cpu", "cuda")}
     return data
 
+
+from .layer import VisionAttentionLayer, WindowLayout, qwen25vl_window_layout  # noqa: E402
 
 try:  # register visattn::attention with torch.library when torch is present
     from . import _torch_op  # noqa: F401

@@ -5,6 +5,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/array.h>
 #include <nanobind/stl/vector.h>
 
 #include "visattn/visattn.h"
@@ -73,6 +74,47 @@ void attention_binding(const Array& q, const Array& k, const Array& v, const Arr
                    vv = to_view(v, "v", dtype_override), ov = to_view(out, "out", dtype_override);
   nb::gil_scoped_release release;  // other Python threads run meanwhile
   attention(qv, kv, vv, ov, batch, options, backend);
+}
+
+QkNorm qk_norm_of(const std::string& name) {
+  if (name == "none") return QkNorm::none;
+  if (name == "full") return QkNorm::full;
+  if (name == "per_head") return QkNorm::per_head;
+  throw Error(ErrorCode::invalid_value, "qk_norm: '" + name + "' is not one of none, full, per_head");
+}
+
+Rope rope_of(const std::string& name) {
+  if (name == "none") return Rope::none;
+  if (name == "rotate_half") return Rope::rotate_half;
+  throw Error(ErrorCode::invalid_value, "rope: '" + name + "' is not one of none, rotate_half");
+}
+
+std::optional<TensorView> optional_view(const std::optional<Array>& a, const char* name,
+                                        const std::optional<std::string>& dtype_override) {
+  if (!a) return std::nullopt;
+  return to_view(*a, name, dtype_override);
+}
+
+VisionAttentionLayer make_layer(int64_t embed_dim, int num_heads, int num_kv_heads, int head_dim, bool qkv_bias,
+                                bool proj_bias, const std::string& qk_norm, double qk_norm_eps,
+                                const std::string& rope, std::optional<double> softmax_scale,
+                                const Array& qkv_weight, std::optional<Array> qkv_bias_w,
+                                std::optional<Array> q_norm_weight, std::optional<Array> k_norm_weight,
+                                const Array& proj_weight, std::optional<Array> proj_bias_w,
+                                std::optional<std::string> dtype_override) {
+  VisionAttentionConfig config;
+  config.embed_dim = embed_dim, config.num_heads = num_heads, config.num_kv_heads = num_kv_heads;
+  config.head_dim = head_dim, config.qkv_bias = qkv_bias, config.proj_bias = proj_bias;
+  config.qk_norm = qk_norm_of(qk_norm), config.qk_norm_eps = qk_norm_eps, config.rope = rope_of(rope);
+  config.softmax_scale = softmax_scale;
+  VisionAttentionWeights w;
+  w.qkv_weight = to_view(qkv_weight, "qkv_weight", dtype_override);
+  w.qkv_bias = optional_view(qkv_bias_w, "qkv_bias", dtype_override);
+  w.q_norm_weight = optional_view(q_norm_weight, "q_norm_weight", std::nullopt);
+  w.k_norm_weight = optional_view(k_norm_weight, "k_norm_weight", std::nullopt);
+  w.proj_weight = to_view(proj_weight, "proj_weight", dtype_override);
+  w.proj_bias = optional_view(proj_bias_w, "proj_bias", dtype_override);
+  return VisionAttentionLayer(config, w);
 }
 
 nb::dict backend_dict(const BackendInfo& b) {
@@ -147,6 +189,63 @@ NB_MODULE(_visattn, m) {
         nb::arg("batch"), nb::arg("softmax_scale").none(), nb::arg("window_left"),
         nb::arg("window_right"), nb::arg("sinks").none(), nb::arg("lse").none(), nb::arg("backend"),
         nb::arg("num_threads"), nb::arg("dtype_override").none(), nb::arg("cuda_stream"));
+
+  nb::class_<VisionAttentionLayer>(m, "VisionAttentionLayer")
+      .def_static("create", &make_layer, nb::arg("embed_dim"), nb::arg("num_heads"), nb::arg("num_kv_heads"),
+                  nb::arg("head_dim"), nb::arg("qkv_bias"), nb::arg("proj_bias"), nb::arg("qk_norm"),
+                  nb::arg("qk_norm_eps"), nb::arg("rope"), nb::arg("softmax_scale").none(), nb::arg("qkv_weight"),
+                  nb::arg("qkv_bias_weight").none(), nb::arg("q_norm_weight").none(),
+                  nb::arg("k_norm_weight").none(), nb::arg("proj_weight"), nb::arg("proj_bias_weight").none(),
+                  nb::arg("dtype_override").none())
+      .def_static(
+          "from_safetensors",
+          [](int64_t embed_dim, int num_heads, int num_kv_heads, int head_dim, bool qkv_bias, bool proj_bias,
+             const std::string& qk_norm, double qk_norm_eps, const std::string& rope,
+             std::optional<double> softmax_scale, const std::string& path, const std::string& prefix,
+             const std::string& dtype, int device) {
+            VisionAttentionConfig config;
+            config.embed_dim = embed_dim, config.num_heads = num_heads, config.num_kv_heads = num_kv_heads;
+            config.head_dim = head_dim, config.qkv_bias = qkv_bias, config.proj_bias = proj_bias;
+            config.qk_norm = qk_norm_of(qk_norm), config.qk_norm_eps = qk_norm_eps, config.rope = rope_of(rope);
+            config.softmax_scale = softmax_scale;
+            const DType t = dtype == "bf16" ? DType::bf16 : dtype == "f16" ? DType::f16 : DType::f32;
+            const Device d = device < 0 ? Device{} : Device{DeviceType::cuda, device};
+            return VisionAttentionLayer::from_safetensors(config, path, prefix, t, d);
+          },
+          nb::arg("embed_dim"), nb::arg("num_heads"), nb::arg("num_kv_heads"), nb::arg("head_dim"),
+          nb::arg("qkv_bias"), nb::arg("proj_bias"), nb::arg("qk_norm"), nb::arg("qk_norm_eps"), nb::arg("rope"),
+          nb::arg("softmax_scale").none(), nb::arg("path"), nb::arg("prefix"), nb::arg("dtype"), nb::arg("device"))
+      .def("forward",
+           [](const VisionAttentionLayer& layer, const Array& x, const VarlenBatch& batch, const Array& out,
+              std::optional<Array> cos, std::optional<Array> sin, const std::string& backend, int num_threads,
+              std::optional<std::string> dtype_override, uintptr_t cuda_stream) {
+             VisionAttentionCall call;
+             call.cos = optional_view(cos, "cos", std::nullopt);
+             call.sin = optional_view(sin, "sin", std::nullopt);
+             call.backend = backend, call.num_threads = num_threads;
+             call.cuda_stream = reinterpret_cast<void*>(cuda_stream);
+             const TensorView xv = to_view(x, "x", dtype_override), ov = to_view(out, "out", dtype_override);
+             nb::gil_scoped_release release;
+             layer.forward(xv, batch, ov, call);
+           },
+           nb::arg("x"), nb::arg("batch"), nb::arg("out"), nb::arg("cos").none(), nb::arg("sin").none(),
+           nb::arg("backend"), nb::arg("num_threads"), nb::arg("dtype_override").none(), nb::arg("cuda_stream"))
+      .def_prop_ro("embed_dim", [](const VisionAttentionLayer& l) { return l.config().embed_dim; })
+      .def_prop_ro("num_heads", [](const VisionAttentionLayer& l) { return l.config().num_heads; })
+      .def_prop_ro("num_kv_heads", [](const VisionAttentionLayer& l) { return l.config().num_kv_heads; })
+      .def_prop_ro("head_dim", [](const VisionAttentionLayer& l) { return l.config().head_dim; })
+      .def_prop_ro("dtype", [](const VisionAttentionLayer& l) { return std::string(dtype_name(l.dtype())); })
+      .def_prop_ro("device", [](const VisionAttentionLayer& l) { return device_name(l.device()); });
+  m.def("layer_gemm", [](const std::string& device) {
+    return VisionAttentionLayer::gemm_detail(device == "cuda" ? DeviceType::cuda : DeviceType::cpu);
+  });
+  m.def("qwen25vl_window_layout",
+        [](const std::vector<std::array<int64_t, 3>>& grid_thw, int spatial_merge_size, int window_size,
+           int patch_size) {
+          WindowLayout layout = qwen25vl_window_layout(grid_thw, spatial_merge_size, window_size, patch_size);
+          return nb::make_tuple(layout.permutation, layout.inverse, layout.windows, layout.frames);
+        },
+        nb::arg("grid_thw"), nb::arg("spatial_merge_size"), nb::arg("window_size"), nb::arg("patch_size"));
 
   m.def("backends", [] {
     nb::list result;
