@@ -110,10 +110,13 @@ class VisionAttentionLayer:
 
     def forward(self, x, cu_seqlens=None, *, batch=None, cos=None, sin=None, out=None, backend="auto",
                 num_threads=0):
-        """x [tokens, embed_dim] -> [tokens, embed_dim]. Images as cu_seqlens or a VarlenBatch.
+        """x [tokens, embed_dim] -> [tokens, embed_dim]. Images as cu_seqlens (any form attention()
+        takes) or a VarlenBatch, positionally or as batch=.
         cos, sin: rope tables [tokens, head_dim] or [tokens, head_dim / 2] (any float dtype,
         converted to float32) for rope="rotate_half"."""
-        from . import _batch_for  # noqa: PLC0415 (the package imports this module)
+        from . import VarlenBatch, _batch_for  # noqa: PLC0415 (the package imports this module)
+        if isinstance(cu_seqlens, VarlenBatch):
+            cu_seqlens, batch = None, cu_seqlens
         if len(x.shape) != 2:
             raise ValueError(f"x: expected [tokens, embed_dim], got shape {tuple(x.shape)}")
         batch = _batch_for(x, cu_seqlens, batch, None)
