@@ -4,7 +4,8 @@
 # Debian packages in .deps/ (fetched by scripts/fetch_device_deps.sh), unpacked into a prefix.
 # OpenBLAS does not travel: the bench there reports no sgemm ceiling.
 # Knobs (environment): QUICK=1 runs 100 check cases and skips ctest, compute-sanitizer and
-# pytest (kernel iterations); SKIP_CPU_BENCH=1; PROFILE=workload[,..] adds an Nsight Compute
+# pytest (kernel iterations); SKIP_CPU_BENCH=1; SKIP_GPU_BENCH=1 (attention; the layer bench runs);
+# SKIP_SANITIZER=1; PROFILE=workload[,..] adds an Nsight Compute
 # report of one cuda kernel launch per workload (ncu.txt); BENCH_ARGS go to bench/gpu_bench.py;
 # VARIANTS (below) benches kernel variants picked by environment variables; CROSSOVER=1 benches
 # cuda against cudnn by image length.
@@ -56,7 +57,11 @@ build/visattn check --backend cudnn --cases "$([ -n "${QUICK:-}" ] && echo 100 |
 log "cudnn plans and graphs (100 random batches, capture/replay)"
 build/tests/visattn_tests --gtest_filter='Cudnn*' > "$LOGS/cudnn_tests.log" 2>&1; grep -E "cudnn plans:|Skipped|FAILED|Failure|PASSED" -A2 "$LOGS/cudnn_tests.log" | head -20 | tee -a "$OUT/summary.txt"
 
-if [ -z "${QUICK:-}" ]; then
+log "layer on the GPU against the reference composition (issue 7)"
+build/tests/visattn_tests --gtest_filter='Cuda/LayerMatchesComposition*' > "$LOGS/layer_tests.log" 2>&1
+grep -E "^[a-z_0-9]+ cuda|FAILED|PASSED" "$LOGS/layer_tests.log" | head -16 | tee -a "$OUT/summary.txt"
+
+if [ -z "${QUICK:-}${SKIP_SANITIZER:-}" ]; then
 log "compute-sanitizer (memcheck, racecheck) on a reduced suite"
 for tool in memcheck racecheck; do
   compute-sanitizer --tool $tool --error-exitcode 9 build/visattn check --backend cuda --cases 12 --seed 3 \
@@ -65,16 +70,27 @@ done
 # cudnn: does a ragged call read or write past an image (the last one, at the tensor's end)?
 compute-sanitizer --tool memcheck --error-exitcode 9 build/visattn check --backend cudnn --cases 12 --seed 3 \
   > "$LOGS/sanitizer_memcheck_cudnn.log" 2>&1; echo "memcheck cudnn rc=$? $(grep -E 'ERROR SUMMARY' "$LOGS/sanitizer_memcheck_cudnn.log" | tail -1)" | tee -a "$OUT/summary.txt"
+# the layer's own kernels (norm + rope, cuBLASLt calls, scratch) on the GPU
+compute-sanitizer --tool memcheck --error-exitcode 9 build/tests/visattn_tests --gtest_filter='Cuda/LayerMatchesComposition*bf16*' \
+  > "$LOGS/sanitizer_memcheck_layer.log" 2>&1; echo "memcheck layer rc=$? $(grep -E 'ERROR SUMMARY' "$LOGS/sanitizer_memcheck_layer.log" | tail -1)" | tee -a "$OUT/summary.txt"
 fi
 
 log "python"
 python3 -m pip install -q --no-build-isolation --no-deps \
   --config-settings=cmake.define.VISATTN_CUDA_ARCHITECTURES="$ARCHS" . > "$LOGS/pip.log" 2>&1 || tail -20 "$LOGS/pip.log"
-[ -n "${QUICK:-}" ] || { python3 -m pytest -q python/tests > "$LOGS/pytest.log" 2>&1; tail -5 "$LOGS/pytest.log" | tee -a "$OUT/summary.txt"; }
+# -s: the layer tests print their errors beside transformers' (issue 7's comparisons).
+[ -n "${QUICK:-}" ] || { python3 -m pytest -q -s python/tests > "$LOGS/pytest.log" 2>&1;
+  grep -E "visattn error" "$LOGS/pytest.log" | head -12 | tee -a "$OUT/summary.txt"; tail -3 "$LOGS/pytest.log" | tee -a "$OUT/summary.txt"; }
 
+if [ -z "${SKIP_GPU_BENCH:-}" ]; then
 log "gpu bench (cuda and cudnn backends beside the torch peers, bf16, one process)"
 PYTHONUNBUFFERED=1 python3 bench/gpu_bench.py --workloads bench/public_workloads.json --json "$OUT/bench_gpu.json" ${BENCH_ARGS:-} \
   2> "$LOGS/gpu_bench_err.log" | tee "$OUT/gpu_bench.txt"; tail -5 "$LOGS/gpu_bench_err.log"
+fi
+
+log "layer bench (VisionAttentionLayer against the same layer in eager PyTorch, bf16, one process)"
+PYTHONUNBUFFERED=1 python3 bench/layer_bench.py --workloads bench/public_workloads.json --json "$OUT/bench_layer.json" \
+  2> "$LOGS/layer_bench_err.log" | tee "$OUT/layer_bench.txt"; tail -5 "$LOGS/layer_bench_err.log"
 
 # VARIANTS="name:VAR=value[,VAR=value] ...": kernel variants picked by environment variables,
 # each checked (100 cases) and benched into bench_<name>.json (backends VARIANT_BACKENDS,

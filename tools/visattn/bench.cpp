@@ -12,6 +12,7 @@
 #include <random>
 #include <sstream>
 
+#include "bench_layer.h"
 #include "check/case_data.h"
 #include "check/oracle.h"
 #include "commands.h"
@@ -211,6 +212,7 @@ int run_bench(const BenchOptions& options) {
   std::vector<Result> results;
   std::mt19937_64 rng(1);
   const size_t total = names.size() * suite.size() * dtypes.size();
+  size_t done = 0;
   for (const std::string& backend : names) {
     const double scale = options.scale == "auto"
                              ? auto_scale(suite, dtypes, backend, options.budget_seconds)
@@ -228,17 +230,26 @@ int run_bench(const BenchOptions& options) {
         r.max_abs_err = max_abs_error(sets[0], w);
         results.push_back(r);
         std::fprintf(stderr, "  [%zu/%zu] %-24s %-10s %-4s %5zu images %7lld tokens %10.3f ms "
-                     "%9.4f TFLOP/s (%.3f x sgemm)\n", results.size(), total, full.name.c_str(),
+                     "%9.4f TFLOP/s (%.3f x sgemm)\n", ++done, total, full.name.c_str(),
                      backend.c_str(), dtype_name(dtype), w.seqlens.size(),
                      static_cast<long long>(w.tokens()), r.ms, r.tflops, ratio(r.tflops));
+        if (backend == "reference") continue;  // the layer around the oracle says nothing
+        // The whole layer (qkv GEMM, rope, this attention, proj GEMM) beside attention alone.
+        const LayerTiming layer = time_layer(w, dtype, backend);
+        Result l{full.name, "layer:" + backend, dtype, w, scale, layer.ms, layer.flops / (layer.ms * 1e-3) / 1e12,
+                 std::nullopt};
+        results.push_back(l);
+        std::fprintf(stderr, "  [layer] %-24s %-10s %-4s embed %d: %10.3f ms %9.4f TFLOP/s (%.3f x sgemm), "
+                     "%.0f tokens/s\n", full.name.c_str(), backend.c_str(), dtype_name(dtype), w.heads * w.head_dim,
+                     l.ms, l.tflops, ratio(l.tflops), double(w.tokens()) / (l.ms * 1e-3));
       }
     }
   }
 
-  std::printf("%-24s %-10s %-5s %6s %8s %6s %11s %9s %9s %10s\n", "workload", "backend", "dtype",
+  std::printf("%-24s %-16s %-5s %6s %8s %6s %11s %9s %9s %10s\n", "workload", "backend", "dtype",
               "images", "tokens", "scale", "ms", "TFLOP/s", "x sgemm", "max_err");
   for (const Result& r : results) {
-    std::printf("%-24s %-10s %-5s %6zu %8lld %6.3g %11.3f %9.4f %9.3f %10s\n", r.workload.c_str(),
+    std::printf("%-24s %-16s %-5s %6zu %8lld %6.3g %11.3f %9.4f %9.3f %10s\n", r.workload.c_str(),
                 r.backend.c_str(), dtype_name(r.dtype), r.shape.seqlens.size(),
                 static_cast<long long>(r.shape.tokens()), r.scale, r.ms, r.tflops,
                 ratio(r.tflops), r.max_abs_err ? std::to_string(*r.max_abs_err).c_str() : "-");
