@@ -46,3 +46,37 @@ def flash_attn_varlen_func(q: Array, k: Array, v: Array, cu_seqlens_q: IntSequen
 
 def backends() -> list[dict[str, Any]]: ...
 def info() -> dict[str, Any]: ...
+
+class VisionAttentionLayer:
+    def __init__(self, embed_dim: int, num_heads: int, weights: dict[str, Array], *, num_kv_heads: int = ...,
+                 head_dim: int = ..., qk_norm: str = ..., qk_norm_eps: float = ..., rope: str = ...,
+                 softmax_scale: Optional[float] = ...) -> None: ...
+    @classmethod
+    def from_state_dict(cls, state_dict: dict[str, Array], embed_dim: int, num_heads: int, prefix: str = ...,
+                        **config: Any) -> "VisionAttentionLayer": ...
+    @classmethod
+    def from_safetensors(cls, path: Any, prefix: str, embed_dim: int, num_heads: int, *, dtype: Any = ...,
+                         device: Any = ..., qkv_bias: bool = ..., proj_bias: bool = ..., num_kv_heads: int = ...,
+                         head_dim: int = ..., qk_norm: str = ..., qk_norm_eps: float = ..., rope: str = ...,
+                         softmax_scale: Optional[float] = ...) -> "VisionAttentionLayer": ...
+    embed_dim: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    dtype: str
+    device: str
+    def forward(self, x: Array, cu_seqlens: Union[IntSequence, VarlenBatch, None] = ..., *,
+                batch: Optional[VarlenBatch] = ..., cos: Optional[Array] = ..., sin: Optional[Array] = ...,
+                out: Optional[Array] = ..., backend: str = ..., num_threads: int = ...) -> Array: ...
+    def __call__(self, x: Array, cu_seqlens: Union[IntSequence, VarlenBatch, None] = ..., *,
+                 batch: Optional[VarlenBatch] = ..., cos: Optional[Array] = ..., sin: Optional[Array] = ...,
+                 out: Optional[Array] = ..., backend: str = ..., num_threads: int = ...) -> Array: ...
+
+class WindowLayout:
+    permutation: Any  # numpy int64 [tokens]
+    inverse: Any      # numpy int64 [tokens]
+    windows: VarlenBatch
+    frames: VarlenBatch
+
+def qwen25vl_window_layout(grid_thw: Any, spatial_merge_size: int = ..., window_size: int = ...,
+                           patch_size: int = ...) -> WindowLayout: ...
