@@ -141,13 +141,13 @@ def test_layer_forward_captures_in_a_cuda_graph_and_replays():
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        layer(x, batch, cos=cos, sin=sin, out=out)  # warm-up: cuBLASLt heuristics, the pool
+        layer(x, batch, cos=cos, sin=sin, out=out, backend="cuda")  # warm-up: cuBLASLt heuristics, the pool
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        layer(x, batch, cos=cos, sin=sin, out=out)
+    with torch.cuda.graph(graph):  # one backend throughout: eager auto would pick cudnn here
+        layer(x, batch, cos=cos, sin=sin, out=out, backend="cuda")
     for seed in range(3):
         x.copy_(torch.randn(x.shape, generator=torch.Generator().manual_seed(seed)).to(x))
         graph.replay()
         torch.cuda.synchronize()
-        torch.testing.assert_close(out, layer(x, batch, cos=cos, sin=sin), rtol=0, atol=0)
+        torch.testing.assert_close(out, layer(x, batch, cos=cos, sin=sin, backend="cuda"), rtol=0, atol=0)
