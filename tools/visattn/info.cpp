@@ -45,6 +45,8 @@ int run_info(const InfoOptions& options) {
                  {"threads", sys.num_threads}}},
         {"gpus", sys.gpus},
         {"auto", {{"cpu", auto_choice(DeviceType::cpu)}, {"cuda", auto_choice(DeviceType::cuda)}}},
+        {"layer_gemm", {{"cpu", VisionAttentionLayer::gemm_detail(DeviceType::cpu)},
+                        {"cuda", VisionAttentionLayer::gemm_detail(DeviceType::cuda)}}},
         {"backends", nlohmann::json::array()}};
     for (const BackendInfo& b : all) j["backends"].push_back(backend_json(b));
     std::printf("%s\n", j.dump(2).c_str());
@@ -69,6 +71,8 @@ int run_info(const InfoOptions& options) {
   }
   std::printf("auto:     cpu -> %s; cuda -> %s\n", auto_choice(DeviceType::cpu).c_str(),
               auto_choice(DeviceType::cuda).c_str());
+  std::printf("layer:    GEMMs on cpu: %s; on cuda: %s\n", VisionAttentionLayer::gemm_detail(DeviceType::cpu).c_str(),
+              VisionAttentionLayer::gemm_detail(DeviceType::cuda).c_str());
   return 0;
 }
 
