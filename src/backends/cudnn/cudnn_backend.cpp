@@ -1,6 +1,5 @@
 #include "backends/cudnn/cudnn_backend.h"
 
-#include <cstdlib>
 #include <cuda_runtime.h>
 
 #include <span>
@@ -141,13 +140,6 @@ void run(const AttentionParams& p) {
         std::span<const int32_t>(p.cu_seqlens, size_t(p.num_images + 1)), p.max_seqlen);
     batch = own.batch_bucket();
     max_seqlen = own.max_seqlen_bucket();
-  }
-  // Experiment (bench/NOTES.md, cuDNN): eager calls on a plan of the next power of two of images
-  // instead of the prepared capacity, so fewer of the kernel's blocks land on padding images.
-  if (capture == cudaStreamCaptureStatusNone && std::getenv("VISATTN_CUDNN_TIGHT_BATCH")) {
-    int64_t tight = 1;
-    while (tight < p.num_images) tight *= 2;
-    batch = std::min(batch, tight);
   }
   const PlanKey key = plan_key(p, batch, max_seqlen, lib.version);
 
