@@ -233,7 +233,7 @@ int run_bench(const BenchOptions& options) {
                      "%9.4f TFLOP/s (%.3f x sgemm)\n", ++done, total, full.name.c_str(),
                      backend.c_str(), dtype_name(dtype), w.seqlens.size(),
                      static_cast<long long>(w.tokens()), r.ms, r.tflops, ratio(r.tflops));
-        if (backend == "reference") continue;  // the layer around the oracle says nothing
+        if (!options.layer || backend == "reference") continue;  // the layer around the oracle says nothing
         // The whole layer (qkv GEMM, rope, this attention, proj GEMM) beside attention alone.
         const LayerTiming layer = time_layer(w, dtype, backend);
         Result l{full.name, "layer:" + backend, dtype, w, scale, layer.ms, layer.flops / (layer.ms * 1e-3) / 1e12,

@@ -28,6 +28,7 @@ struct BenchOptions {
   double budget_seconds = 60;    // what --scale auto aims the whole run at
   std::string dtypes = "bf16";   // comma-separated
   std::string json_file;         // empty: no JSON written
+  bool layer = true;             // also time the whole attention layer (rows layer:<backend>)
 };
 int run_bench(const BenchOptions& options);
 

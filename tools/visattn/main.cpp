@@ -41,6 +41,8 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--dtype", bench.dtypes, "Comma-separated dtypes: bf16,f16,f32")
       ->capture_default_str();
   bench_cmd->add_option("--json", bench.json_file, "Write results as JSON to this file");
+  bench_cmd->add_flag("!--no-layer", bench.layer,
+                      "Time attention only, not also the whole attention layer around it");
 
   CLI11_PARSE(app, argc, argv);
   try {
