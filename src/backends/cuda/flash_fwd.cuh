@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backends/cuda/block_work.cuh"
 #include "backends/cuda/flash_params.h"
 #include "backends/cuda/mma.cuh"
 
@@ -102,24 +103,12 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimPad, kMTiles, kStages>::kTh
   T* k_tiles = q_tile + BM * kPitch;              // [kStages][BN][kPitch]
   T* v_tiles = k_tiles + kStages * BN * kPitch;  // [kStages][BN][kPitch]
 
-  // Block b is in the group of tile b / heads (the group's blocks are consecutive: its tiles x
-  // heads); within the group, head-major.
-  if (int(blockIdx.x / p.num_heads) >= *p.tile_count) return;  // the grid is sized for the bucket
-  const Tile& in_group = p.schedule[blockIdx.x / p.num_heads];
-  const int local = blockIdx.x - in_group.group_first * p.num_heads;
-  const int head = local / in_group.group_size, kv_head = head / (p.num_heads / p.num_kv_heads);
-  const Tile item = p.schedule[in_group.group_first + local % in_group.group_size];
-  const bool packed = item.end_image - item.first_image > 1;
-  const int span_begin = p.cu_seqlens[item.first_image], span_end = p.cu_seqlens[item.end_image];
-  const int q_begin = span_begin + item.first_row;  // tokens, not rows of an image
-  const int rows = min(BM, span_end - q_begin);
-  const int q_last = q_begin + rows - 1;
+  BlockWork w;
+  if (!block_work(p, BM, w)) return;
+  const int head = w.head, kv_head = w.kv_head, q_begin = w.q_begin, rows = w.rows;
+  const int key_begin = w.key_begin, key_end = w.key_end;
+  const bool packed = w.packed;
   const bool windowed = p.window_left >= 0 || p.window_right >= 0;
-  // Keys some row of the tile can see (written so that huge windows cannot overflow).
-  const int key_begin =
-      p.window_left < 0 || p.window_left >= q_begin - span_begin ? span_begin : int(q_begin - p.window_left);
-  const int key_end =
-      p.window_right < 0 || p.window_right >= span_end - q_last ? span_end : int(q_last + p.window_right + 1);
 
   const T* q = static_cast<const T*>(p.q);
   const T* k = static_cast<const T*>(p.k);
@@ -150,17 +139,8 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimPad, kMTiles, kStages>::kTh
   int key_min[kSlots], key_max[kSlots], warp_key_min = INT_MAX, warp_key_max = 0;
 #pragma unroll
   for (int h = 0; h < kSlots; ++h) {
-    const int r = row_of(h), token = q_begin + r;
-    int lo = span_begin, hi = span_end;
-    if (packed) {
-      for (int image = item.first_image; image < item.end_image; ++image) {
-        const int a = p.cu_seqlens[image], b = p.cu_seqlens[image + 1];
-        if (token >= a && token < b) lo = a, hi = b;
-      }
-    }
-    if (r >= rows) lo = hi = 0;  // past the tile: sees nothing
-    key_min[h] = p.window_left < 0 || p.window_left >= token - lo ? lo : int(token - p.window_left);
-    key_max[h] = p.window_right < 0 || p.window_right >= hi - token ? hi : int(token + p.window_right + 1);
+    const int r = row_of(h);
+    row_keys(p, w, r, key_min[h], key_max[h]);
     if (r < rows) warp_key_min = min(warp_key_min, key_min[h]), warp_key_max = max(warp_key_max, key_max[h]);
   }
   warp_key_min = __reduce_min_sync(0xffffffffu, warp_key_min);
@@ -383,31 +363,10 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimPad, kMTiles, kStages>::kTh
     }
   }
   __syncthreads();
-  T* out = static_cast<T*>(p.out) + int64_t(q_begin) * p.out_token_stride + head * p.out_head_stride;
-  if (p.vector_io) {
-    constexpr int kChunks = D / 8;
-    for (int i = threadIdx.x; i < rows * kChunks; i += Config::kThreads) {
-      const int row = i / kChunks, col = i % kChunks * 8;
-      if (col < p.head_dim) {
-        *reinterpret_cast<uint4*>(out + row * p.out_token_stride + col) =
-            *reinterpret_cast<const uint4*>(q_tile + row * kPitch + col);
-      }
-    }
-  } else {
-    for (int i = threadIdx.x; i < rows * p.head_dim; i += Config::kThreads) {
-      const int row = i / p.head_dim, col = i % p.head_dim;
-      out[row * p.out_token_stride + col] = q_tile[row * kPitch + col];
-    }
-  }
-  // lse = ln 2 · (m + log2 l), by the quad's first lane.
-  if (p.lse && quad == 0) {
-    for (int h = 0; h < kSlots; ++h) {
-      const int r = row_of(h);
-      if (r < rows) {
-        p.lse[head * p.lse_head_stride + int64_t(q_begin + r) * p.lse_token_stride] =
-            (row_max[h] + log2f(row_sum[h])) * 0.6931471805599453f;
-      }
-    }
+  store_rows<T, D, Config::kThreads>(p, w, q_tile, kPitch);
+  // lse by the quad's first lane.
+  if (quad == 0) {
+    for (int h = 0; h < kSlots; ++h) store_lse(p, w, row_of(h), row_max[h], row_sum[h]);
   }
 }
 

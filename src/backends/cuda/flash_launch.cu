@@ -2,6 +2,7 @@
 // template dispatch of the CUDA backend.
 #include "backends/cuda/flash_fwd.cuh"
 #include "backends/cuda/flash_params.h"
+#include "backends/cuda/flash_sm90.h"
 
 #include <cstdlib>
 #include <string_view>
@@ -63,10 +64,31 @@ cudaError_t dispatch_head_dim(const KernelParams& kp, int head_dim_pad, dim3 gri
   return cudaErrorInvalidValue;  // no kernel for this head dim (the host checked the list)
 }
 
+// The sm90a kernel where it was built, the GPU is compute capability 9.0 (sm90a code runs on
+// nothing else), it has the head dim and tiles move in 16-byte copies; VISATTN_CUDA_SM90=0
+// keeps the sm80 kernel (for comparison).
+bool sm90_chosen(const KernelParams& params, int head_dim_pad) {
+#if VISATTN_WITH_SM90A
+  static const bool disabled = env_is("VISATTN_CUDA_SM90", "0");
+  if (disabled || !params.vector_io || !sm90_kernel_runs(head_dim_pad)) return false;
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    return false;
+  }
+  return major == 9 && minor == 0;
+#else
+  (void)params, (void)head_dim_pad;
+  return false;
+#endif
+}
+
 }  // namespace
 
 cudaError_t launch_flash_forward(const KernelParams& params, bool bf16, int head_dim_pad,
                                  dim3 grid, cudaStream_t stream) {
+  if (sm90_chosen(params, head_dim_pad)) return launch_flash_forward_sm90(params, bf16, head_dim_pad, grid, stream);
   return bf16 ? dispatch_head_dim<__nv_bfloat16>(params, head_dim_pad, grid, stream)
               : dispatch_head_dim<__half>(params, head_dim_pad, grid, stream);
 }

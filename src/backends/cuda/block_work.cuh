@@ -1,0 +1,89 @@
+// What one block of a forward kernel owns, read from the tile schedule: shared by the sm80
+// (mma.sync) and sm90 (wgmma) kernels, which walk the same schedule.
+#pragma once
+
+#include <climits>
+
+#include "backends/cuda/flash_params.h"
+
+namespace visattn::cuda {
+
+struct BlockWork {
+  Tile item;  // the tile: a run of query rows of one image, or whole packed images
+  int head, kv_head;
+  bool packed;                // several images in the tile, masked block-diagonally
+  int span_begin, span_end;   // tokens of the tile's images
+  int q_begin, rows;          // the tile's first query token and its rows
+  int key_begin, key_end;     // keys some row of the tile can see
+};
+
+// Block b is in the group of tile b / heads (the group's blocks are consecutive: its tiles x
+// heads); within the group, head-major. False for blocks past the schedule (the grid is sized
+// for the bucket).
+__device__ inline bool block_work(const KernelParams& p, int tile_rows, BlockWork& w) {
+  if (int(blockIdx.x / p.num_heads) >= *p.tile_count) return false;
+  const Tile& in_group = p.schedule[blockIdx.x / p.num_heads];
+  const int local = blockIdx.x - in_group.group_first * p.num_heads;
+  w.head = local / in_group.group_size;
+  w.kv_head = w.head / (p.num_heads / p.num_kv_heads);
+  w.item = p.schedule[in_group.group_first + local % in_group.group_size];
+  w.packed = w.item.end_image - w.item.first_image > 1;
+  w.span_begin = p.cu_seqlens[w.item.first_image], w.span_end = p.cu_seqlens[w.item.end_image];
+  w.q_begin = w.span_begin + w.item.first_row;  // tokens, not rows of an image
+  w.rows = min(tile_rows, w.span_end - w.q_begin);
+  const int q_last = w.q_begin + w.rows - 1;
+  // Written so that huge windows cannot overflow.
+  w.key_begin = p.window_left < 0 || p.window_left >= w.q_begin - w.span_begin ? w.span_begin
+                                                                               : int(w.q_begin - p.window_left);
+  w.key_end = p.window_right < 0 || p.window_right >= w.span_end - q_last ? w.span_end
+                                                                           : int(q_last + p.window_right + 1);
+  return true;
+}
+
+// The keys [key_min, key_max) that row r of the tile sees: its image's (packed tiles), cut by
+// the window; nothing for rows past the tile.
+__device__ inline void row_keys(const KernelParams& p, const BlockWork& w, int r, int& key_min, int& key_max) {
+  const int token = w.q_begin + r;
+  int lo = w.span_begin, hi = w.span_end;
+  if (w.packed) {
+    for (int image = w.item.first_image; image < w.item.end_image; ++image) {
+      const int a = p.cu_seqlens[image], b = p.cu_seqlens[image + 1];
+      if (token >= a && token < b) lo = a, hi = b;
+    }
+  }
+  if (r >= w.rows) lo = hi = 0;
+  key_min = p.window_left < 0 || p.window_left >= token - lo ? lo : int(token - p.window_left);
+  key_max = p.window_right < 0 || p.window_right >= hi - token ? hi : int(token + p.window_right + 1);
+}
+
+// Rows [0, w.rows) of the block's output, staged in shared memory `pitch` elements apart, to
+// out: 16-byte stores where the tensors allow (vector_io), else element by element.
+template <typename T, int kHeadDimPad, int kThreads>
+__device__ inline void store_rows(const KernelParams& p, const BlockWork& w, const T* staged, int pitch) {
+  T* out = static_cast<T*>(p.out) + int64_t(w.q_begin) * p.out_token_stride + w.head * p.out_head_stride;
+  if (p.vector_io) {
+    constexpr int kChunks = kHeadDimPad / 8;
+    for (int i = threadIdx.x; i < w.rows * kChunks; i += kThreads) {
+      const int row = i / kChunks, col = i % kChunks * 8;
+      if (col < p.head_dim) {
+        *reinterpret_cast<uint4*>(out + row * p.out_token_stride + col) =
+            *reinterpret_cast<const uint4*>(staged + row * pitch + col);
+      }
+    }
+  } else {
+    for (int i = threadIdx.x; i < w.rows * p.head_dim; i += kThreads) {
+      const int row = i / p.head_dim, col = i % p.head_dim;
+      out[row * p.out_token_stride + col] = staged[row * pitch + col];
+    }
+  }
+}
+
+// lse = ln 2 · (m + log2 l) of tile row r (log2-domain running max m, sum l), if asked.
+__device__ inline void store_lse(const KernelParams& p, const BlockWork& w, int r, float row_max, float row_sum) {
+  if (p.lse && r < w.rows) {
+    p.lse[w.head * p.lse_head_stride + int64_t(w.q_begin + r) * p.lse_token_stride] =
+        (row_max + log2f(row_sum)) * 0.6931471805599453f;
+  }
+}
+
+}  // namespace visattn::cuda

@@ -1,0 +1,19 @@
+// The Hopper (sm90a) forward kernel's entry points (flash_fwd_sm90.cu, compiled for sm_90a only,
+// present when VISATTN_WITH_SM90A is defined).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "backends/cuda/flash_params.h"
+
+namespace visattn::cuda {
+
+// Whether the sm90 kernel has a variant for this padded head dim (64, 80, 96, 128).
+bool sm90_kernel_runs(int head_dim_pad);
+
+// Launches it (bf16, else f16); the caller checked the GPU (compute capability 9.0), the head
+// dim and 16-byte copies (params.vector_io).
+cudaError_t launch_flash_forward_sm90(const KernelParams& params, bool bf16, int head_dim_pad, dim3 grid,
+                                      cudaStream_t stream);
+
+}  // namespace visattn::cuda
