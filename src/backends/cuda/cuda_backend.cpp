@@ -257,8 +257,11 @@ std::string unavailable_reason() {
 }
 
 std::string describe() {
-  return "mma.sync tensor-core tiles (sm80+), 64-row tiles heaviest first, short images packed; "
-         "head_dim rounded up to 32/64/80/96/128/256";
+  return concat("mma.sync tensor-core tiles (sm80+)",
+#if VISATTN_WITH_SM90A
+                "; wgmma tiles on sm90 (head dims 64-128, 16-byte aligned tensors; VISATTN_CUDA_SM90=0: mma.sync)",
+#endif
+                ", 64-row tiles heaviest first, short images packed; head_dim rounded up to 32/64/80/96/128/256");
 }
 
 void run(const AttentionParams& p) {
