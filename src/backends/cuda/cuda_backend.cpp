@@ -259,7 +259,7 @@ std::string unavailable_reason() {
 std::string describe() {
   return concat("mma.sync tensor-core tiles (sm80+)",
 #if VISATTN_WITH_SM90A
-                "; wgmma tiles on sm90 (head dims 64-128, 16-byte aligned tensors; VISATTN_CUDA_SM90=0: mma.sync)",
+                "; wgmma tiles on sm90 with VISATTN_CUDA_SM90=1 (experimental: head dims 64-128, 16-byte aligned tensors)",
 #endif
                 ", 64-row tiles heaviest first, short images packed; head_dim rounded up to 32/64/80/96/128/256");
 }

@@ -6,10 +6,12 @@
 //   kernel's row bookkeeping carries over); O += P V: wgmma m64nDk16 with P from registers
 //   and V in shared memory (MN-major, the same swizzled tile layout as K).
 // K and V are double-buffered with cp.async (16-byte chunks written straight into their
-// swizzled places). Compiled for sm_90a only (cmake/: its own object library); the host side
-// launches it on compute capability 9.0 for head dims padded to 64, 80, 96 and 128 when the
-// tensors allow 16-byte copies, and the sm80 kernel everywhere else. This first version has
-// no TMA, no warp specialization and no overlap of softmax and MMAs (issue 8's next steps).
+// swizzled places). Compiled for sm_90a only (its own object library in CMakeLists.txt); with
+// VISATTN_CUDA_SM90=1 the host launches it on compute capability 9.0 for head dims padded to
+// 64, 80, 96 and 128 when the tensors allow 16-byte copies, and the sm80 kernel everywhere
+// else. This first version is correct (visattn check 500 cases, memcheck) but slower than the
+// sm80 kernel: every GEMM is waited for, nothing overlaps the softmax, and there is no TMA or
+// producer warp yet (bench/NOTES.md CUDA entry 10; issue 8's next steps).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

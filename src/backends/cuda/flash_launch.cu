@@ -64,13 +64,14 @@ cudaError_t dispatch_head_dim(const KernelParams& kp, int head_dim_pad, dim3 gri
   return cudaErrorInvalidValue;  // no kernel for this head dim (the host checked the list)
 }
 
-// The sm90a kernel where it was built, the GPU is compute capability 9.0 (sm90a code runs on
-// nothing else), it has the head dim and tiles move in 16-byte copies; VISATTN_CUDA_SM90=0
-// keeps the sm80 kernel (for comparison).
+// The sm90a kernel, if asked (VISATTN_CUDA_SM90=1: its first version is correct but slower
+// than the sm80 kernel, bench/NOTES.md CUDA entry 10), where it was built, the GPU is compute
+// capability 9.0 (sm90a code runs on nothing else), it has the head dim and tiles move in
+// 16-byte copies.
 bool sm90_chosen(const KernelParams& params, int head_dim_pad) {
 #if VISATTN_WITH_SM90A
-  static const bool disabled = env_is("VISATTN_CUDA_SM90", "0");
-  if (disabled || !params.vector_io || !sm90_kernel_runs(head_dim_pad)) return false;
+  static const bool asked = env_is("VISATTN_CUDA_SM90", "1");
+  if (!asked || !params.vector_io || !sm90_kernel_runs(head_dim_pad)) return false;
   int device = 0, major = 0, minor = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
