@@ -51,6 +51,9 @@ fi
 log "check cuda"
 build/visattn check --backend cuda --cases "$([ -n "${QUICK:-}" ] && echo 100 || echo 500)" > "$LOGS/check_cuda.log" 2>&1; grep -E "FAIL|reproduce" "$LOGS/check_cuda.log" | head -10; tail -4 "$LOGS/check_cuda.log" | tee -a "$OUT/summary.txt"
 
+log "check cuda, the opt-in sm90 (wgmma) kernel"
+VISATTN_CUDA_SM90=1 build/visattn check --backend cuda --cases 200 --seed 9 > "$LOGS/check_cuda_sm90.log" 2>&1; grep -E "FAIL|reproduce" "$LOGS/check_cuda_sm90.log" | head -10; tail -1 "$LOGS/check_cuda_sm90.log" | tee -a "$OUT/summary.txt"
+
 log "check cudnn (cases it declines are skipped with the reason; every other error fails)"
 build/visattn check --backend cudnn --cases "$([ -n "${QUICK:-}" ] && echo 100 || echo 300)" > "$LOGS/check_cudnn.log" 2>&1; grep -E "FAIL|reproduce" "$LOGS/check_cudnn.log" | head -10; tail -8 "$LOGS/check_cudnn.log" | tee -a "$OUT/summary.txt"
 
