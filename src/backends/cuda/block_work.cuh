@@ -5,6 +5,7 @@
 #include <climits>
 
 #include "backends/cuda/flash_params.h"
+#include "backends/cuda/mma.cuh"
 
 namespace visattn::cuda {
 
@@ -54,6 +55,20 @@ __device__ inline void row_keys(const KernelParams& p, const BlockWork& w, int r
   if (r >= w.rows) lo = hi = 0;
   key_min = p.window_left < 0 || p.window_left >= token - lo ? lo : int(token - p.window_left);
   key_max = p.window_right < 0 || p.window_right >= hi - token ? hi : int(token + p.window_right + 1);
+}
+
+// Online softmax, per row: folds a key block's maximum (this lane's; the quad's four lanes hold
+// the row) into the running max (log2 domain). row_base: what the block's scores are
+// exponentiated against; the running sum (and O, by the caller) shrink by row_scale.
+__device__ inline void fold_block_max(float block_max, float& row_max, float& row_sum, float& row_base,
+                                      float& row_scale) {
+  block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 1));
+  block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 2));
+  const float new_max = fmaxf(row_max, block_max);
+  row_base = new_max == -INFINITY ? 0.0f : new_max;  // a row that has seen nothing yet
+  row_scale = exp2_fast(row_max - row_base);
+  row_max = new_max;
+  row_sum *= row_scale;
 }
 
 // Rows [0, w.rows) of the block's output, staged in shared memory `pitch` elements apart, to

@@ -279,15 +279,7 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimPad, kMTiles, kStages>::kTh
       }
     }
 #pragma unroll
-    for (int h = 0; h < kSlots; ++h) {
-      block_max[h] = fmaxf(block_max[h], __shfl_xor_sync(0xffffffffu, block_max[h], 1));
-      block_max[h] = fmaxf(block_max[h], __shfl_xor_sync(0xffffffffu, block_max[h], 2));
-      const float new_max = fmaxf(row_max[h], block_max[h]);
-      row_base[h] = new_max == -INFINITY ? 0.0f : new_max;  // a row that has seen nothing yet
-      row_scale[h] = exp2_fast(row_max[h] - row_base[h]);
-      row_max[h] = new_max;
-      row_sum[h] *= row_scale[h];
-    }
+    for (int h = 0; h < kSlots; ++h) fold_block_max(block_max[h], row_max[h], row_sum[h], row_base[h], row_scale[h]);
     each_score([&](int m, int n, int e) {
       s[m][n][e] = exp2_fast(s[m][n][e] - row_base[2 * m + e / 2]);
       row_sum[2 * m + e / 2] += s[m][n][e];

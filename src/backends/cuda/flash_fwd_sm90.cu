@@ -140,15 +140,7 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_sm90_kernel(const KernelPa
 #pragma unroll
     for (int i = 0; i < 32; ++i) block_max[i % 4 / 2] = fmaxf(block_max[i % 4 / 2], s[i]);
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      block_max[h] = fmaxf(block_max[h], __shfl_xor_sync(0xffffffffu, block_max[h], 1));
-      block_max[h] = fmaxf(block_max[h], __shfl_xor_sync(0xffffffffu, block_max[h], 2));
-      const float new_max = fmaxf(row_max[h], block_max[h]);
-      row_base[h] = new_max == -INFINITY ? 0.0f : new_max;  // a row that has seen nothing yet
-      row_scale[h] = exp2_fast(row_max[h] - row_base[h]);
-      row_max[h] = new_max;
-      row_sum[h] *= row_scale[h];
-    }
+    for (int h = 0; h < 2; ++h) fold_block_max(block_max[h], row_max[h], row_sum[h], row_base[h], row_scale[h]);
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
       s[i] = exp2_fast(s[i] - row_base[i % 4 / 2]);
