@@ -208,7 +208,20 @@ TEST_F(LayerErrors, NameTheArgument) {
   VisionAttentionCall bad_backend = call;
   bad_backend.backend = "nope";
   expect_error([&] { p.layer->forward(x, batch, out, bad_backend); }, ErrorCode::backend_unavailable, {"nope"});
+  VisionAttentionCall misaligned = call;
+  misaligned.cos->data = static_cast<char*>(misaligned.cos->data) + 1;  // found by the fuzzer
+  expect_error([&] { p.layer->forward(x, batch, out, misaligned); }, ErrorCode::invalid_value,
+               {"cos: data", "is not aligned to its 4-byte elements"});
   expect_out_untouched();
+}
+
+TEST_F(LayerErrors, AnEmptyBatchWritesNothing) {
+  const VarlenBatch empty = VarlenBatch::from_lengths(std::vector<int64_t>{0, 0});
+  const TensorView none = TensorView::contiguous(nullptr, DType::f32, {0, 128});
+  VisionAttentionCall no_tokens;
+  no_tokens.cos = TensorView::contiguous(nullptr, DType::f32, {0, 32});
+  no_tokens.sin = no_tokens.cos;
+  p.layer->forward(none, empty, none, no_tokens);  // found by the fuzzer: once pointed into no scratch
 }
 
 TEST_F(LayerErrors, ConfigAndWeights) {

@@ -1,6 +1,7 @@
 // VisionAttentionLayer: checks its configuration and weights once, each call's arguments before
 // anything is written, and runs the forward pass of its device.
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "core/error_message.h"
@@ -47,6 +48,14 @@ VisionAttentionConfig normalized(VisionAttentionConfig c) {
   return c;
 }
 
+// Views are read as arrays of their element type: the data must be aligned to it.
+void check_aligned(const TensorView& t, const char* prefix, const char* name) {
+  if (reinterpret_cast<uintptr_t>(t.data) % uintptr_t(dtype_size(t.dtype)) != 0) {
+    fail(ErrorCode::invalid_value, prefix, name, ": data ", t.data, " is not aligned to its ", dtype_size(t.dtype),
+         "-byte elements");
+  }
+}
+
 // A weight view: `rank` dims of the given sizes, rows contiguous, on the layer's device.
 void check_weight(const TensorView& w, const char* name, std::initializer_list<int64_t> shape,
                   Device device, const DType* dtype) {
@@ -60,6 +69,7 @@ void check_weight(const TensorView& w, const char* name, std::initializer_list<i
          ", got ", w.shape_string());
   }
   if (!w.data && w.numel() > 0) fail(ErrorCode::invalid_value, "weights.", name, ": data is null");
+  check_aligned(w, "weights.", name);
   if (w.stride[w.rank - 1] != 1 || (w.rank == 2 && w.stride[0] < w.shape[1])) {
     fail(ErrorCode::invalid_value, "weights.", name, ": rows must be contiguous and not overlap, got strides ",
          w.stride_string());
@@ -102,6 +112,7 @@ void check_activation(const TensorView& t, const char* name, int64_t tokens, int
     fail(ErrorCode::invalid_value, name, ": rows must be contiguous and not overlap, got strides ", t.stride_string());
   }
   if (!t.data && t.shape[0] > 0) fail(ErrorCode::invalid_value, name, ": data is null");
+  check_aligned(t, "", name);
 }
 
 layer::RopeTables check_rope(const LayerState& layer, const VisionAttentionCall& call, int64_t tokens) {
@@ -123,8 +134,12 @@ layer::RopeTables check_rope(const LayerState& layer, const VisionAttentionCall&
     if (!(t.device == layer.device)) {
       fail(ErrorCode::invalid_type, name, ": on ", device_name(t.device), ", but the layer is on ", device_name(layer.device));
     }
-    if (t.stride[1] != 1) fail(ErrorCode::invalid_value, name, ": rows must be contiguous, got strides ", t.stride_string());
+    if (t.stride[1] != 1 || t.stride[0] < 0) {
+      fail(ErrorCode::invalid_value, name, ": rows must be contiguous, at a row stride >= 0, got strides ",
+           t.stride_string());
+    }
     if (!t.data && tokens > 0) fail(ErrorCode::invalid_value, name, ": data is null");
+    check_aligned(t, "", name);
   }
   if (rope) {
     if (call.cos->shape[1] != call.sin->shape[1]) {

@@ -56,8 +56,9 @@ WindowLayout qwen25vl_window_layout(const std::vector<std::array<int64_t, 3>>& g
 
 void gather_tokens(const TensorView& src, const int64_t* index, const TensorView& dst, void* cuda_stream) {
   for (auto [t, name] : {std::pair{&src, "src"}, std::pair{&dst, "dst"}}) {
-    if (t->rank != 2 || t->stride[1] != 1) {
-      fail(ErrorCode::invalid_value, name, ": expected [tokens, features] with contiguous rows, got shape ",
+    if (t->rank != 2 || t->shape[0] < 0 || t->shape[1] < 0 || t->stride[1] != 1 ||
+        (t->shape[0] > 1 && t->stride[0] < t->shape[1])) {
+      fail(ErrorCode::invalid_value, name, ": expected [tokens, features] with contiguous rows that do not overlap, got shape ",
            t->shape_string(), " strides ", t->stride_string());
     }
   }
@@ -67,6 +68,12 @@ void gather_tokens(const TensorView& src, const int64_t* index, const TensorView
   }
   const int64_t rows = dst.shape[0], esize = dtype_size(src.dtype), row_bytes = src.shape[1] * esize;
   if (rows > 0 && !index) fail(ErrorCode::invalid_value, "index: null");
+  if (rows > 0 && row_bytes > 0 && (!src.data || !dst.data)) fail(ErrorCode::invalid_value, "src or dst: data is null");
+  for (auto [t, name] : {std::pair{&src, "src"}, std::pair{&dst, "dst"}}) {
+    if (reinterpret_cast<uintptr_t>(t->data) % uintptr_t(esize) != 0) {
+      fail(ErrorCode::invalid_value, name, ": data is not aligned to its ", esize, "-byte elements");
+    }
+  }
   if (src.device.type == DeviceType::cpu) {
     for (int64_t i = 0; i < rows; ++i) {
       if (index[i] < 0 || index[i] >= src.shape[0]) {

@@ -1,10 +1,14 @@
-// Fuzzes VarlenBatch construction and attention()'s validation with arbitrary metadata,
-// shapes, strides, dtypes and options over buffers sized exactly to each view. Properties:
+// Fuzzes VarlenBatch construction, attention()'s validation and the attention layer (config,
+// weights, activations, rope tables; the window layout and token gather) with arbitrary
+// metadata, shapes, strides, dtypes and options over buffers sized exactly to each view. Properties:
 // only visattn::Error is ever thrown, nothing reads or writes outside a view (ASan), no UB
 // (UBSan), and a rejected call leaves out and lse byte-for-byte untouched.
 #include <fuzzer/FuzzedDataProvider.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <optional>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -130,6 +134,77 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     } catch (const visattn::Error&) {
       if (out.bytes != out_before || (lse && lse->bytes != lse_before)) std::abort();
     }
+  } catch (const visattn::Error&) {
+  }
+
+  try {
+    // 3. The attention layer: fuzzed config, weights (present or not), x, out and rope tables.
+    using visattn::QkNorm, visattn::Rope;
+    visattn::VisionAttentionConfig c;
+    c.embed_dim = in.ConsumeIntegralInRange<int64_t>(-1, 24);
+    c.num_heads = in.ConsumeIntegralInRange<int>(-1, 4);
+    c.num_kv_heads = in.ConsumeIntegralInRange<int>(-1, 4);
+    c.head_dim = in.ConsumeIntegralInRange<int>(-1, 9);
+    c.qkv_bias = in.ConsumeBool(), c.proj_bias = in.ConsumeBool();
+    c.qk_norm = in.PickValueInArray({QkNorm::none, QkNorm::full, QkNorm::per_head});
+    c.qk_norm_eps = in.PickValueInArray({1e-6, 0.0, -1.0, double(NAN)});
+    c.rope = in.PickValueInArray({Rope::none, Rope::rotate_half});
+    // The sizes a valid layer would have (the views sometimes take them, sometimes not).
+    const int64_t heads = std::max(c.num_heads, 1), kv = c.num_kv_heads > 0 ? c.num_kv_heads : heads;
+    const int64_t d = c.head_dim > 0 ? c.head_dim : std::max<int64_t>(1, c.embed_dim / heads);
+    const int64_t embed = std::max<int64_t>(c.embed_dim, 0), q_features = heads * d;
+    const int64_t features = q_features + 2 * kv * d;
+    const bool full = c.qk_norm == QkNorm::full;
+    const DType dtype = in.PickValueInArray({DType::f32, DType::f16, DType::bf16});
+    const int64_t qkv_w_shape[] = {features, embed}, qkv_b_shape[] = {features},
+                  proj_w_shape[] = {embed, q_features}, proj_b_shape[] = {embed},
+                  q_norm_shape[] = {full ? q_features : d}, k_norm_shape[] = {full ? kv * d : d};
+    FuzzedTensor qkv_w(in, dtype, 2, qkv_w_shape), proj_w(in, dtype, 2, proj_w_shape);
+    std::optional<FuzzedTensor> qkv_b, proj_b, q_norm, k_norm;
+    visattn::VisionAttentionWeights w;
+    w.qkv_weight = qkv_w.view, w.proj_weight = proj_w.view;
+    if (in.ConsumeBool()) qkv_b.emplace(in, dtype, 1, qkv_b_shape), w.qkv_bias = qkv_b->view;
+    if (in.ConsumeBool()) proj_b.emplace(in, dtype, 1, proj_b_shape), w.proj_bias = proj_b->view;
+    if (in.ConsumeBool()) q_norm.emplace(in, DType::f32, 1, q_norm_shape), w.q_norm_weight = q_norm->view;
+    if (in.ConsumeBool()) k_norm.emplace(in, DType::bf16, 1, k_norm_shape), w.k_norm_weight = k_norm->view;
+    const visattn::VisionAttentionLayer layer(c, w);
+
+    const std::vector<int64_t> lengths = {in.ConsumeIntegralInRange<int64_t>(0, 5),
+                                          in.ConsumeIntegralInRange<int64_t>(0, 5)};
+    const visattn::VarlenBatch batch = visattn::VarlenBatch::from_lengths(lengths);
+    const int64_t tokens = batch.total_tokens();
+    const int64_t act_shape[] = {tokens, embed}, rope_shape[] = {tokens, in.ConsumeBool() ? d : d / 2};
+    FuzzedTensor x(in, dtype, 2, act_shape), out(in, dtype, 2, act_shape);
+    visattn::VisionAttentionCall call;
+    std::optional<FuzzedTensor> cos, sin;
+    if (in.ConsumeBool()) cos.emplace(in, DType::f32, 2, rope_shape), call.cos = cos->view;
+    if (in.ConsumeBool()) sin.emplace(in, DType::f32, 2, rope_shape), call.sin = sin->view;
+    call.backend = in.ConsumeBool() ? "auto" : "reference";
+    const std::vector<unsigned char> out_before = out.bytes;
+    try {
+      layer.forward(x.view, batch, out.view, call);
+    } catch (const visattn::Error&) {
+      if (out.bytes != out_before) std::abort();
+    }
+  } catch (const visattn::Error&) {
+  }
+
+  try {
+    // 4. Qwen2.5-VL's window layout on fuzzed grids, then its permutation applied to a view.
+    std::vector<std::array<int64_t, 3>> grids(in.ConsumeIntegralInRange<size_t>(0, 3));
+    for (auto& g : grids) {
+      for (int64_t& v : g) v = in.ConsumeIntegralInRange<int64_t>(-1, 12);
+    }
+    const visattn::WindowLayout layout = visattn::qwen25vl_window_layout(
+        grids, in.ConsumeIntegralInRange<int>(-1, 3), in.ConsumeIntegralInRange<int>(-1, 120),
+        in.ConsumeIntegralInRange<int>(-1, 16));
+    const int64_t rows = int64_t(layout.permutation.size());
+    const int64_t shape[] = {rows, in.ConsumeIntegralInRange<int64_t>(0, 4)};
+    FuzzedTensor src(in, DType::bf16, 2, shape), dst(in, DType::bf16, 2, shape);
+    std::vector<int64_t> index = layout.permutation;
+    index.resize(size_t(std::max<int64_t>(dst.view.shape[0], 0)), 0);  // the contract: one per dst row
+    if (!index.empty() && in.ConsumeBool()) index[0] = in.ConsumeIntegral<int64_t>();
+    visattn::gather_tokens(src.view, index.data(), dst.view);
   } catch (const visattn::Error&) {
   }
   return 0;
