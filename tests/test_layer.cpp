@@ -204,14 +204,14 @@ TEST_F(LayerErrors, NameTheArgument) {
   narrow.sin = TensorView::contiguous(p.sin->data, DType::f32, {8, 16});
   expect_error([&] { p.layer->forward(x, batch, out, narrow); }, ErrorCode::invalid_value, {"cos and sin: widths differ"});
   const TensorView overlapping = TensorView::contiguous(c.x.data(), DType::f32, {8, 128});
-  expect_error([&] { p.layer->forward(x, batch, overlapping, call); }, ErrorCode::invalid_value, {"out: overlaps x"});
+  expect_error([&] { p.layer->forward(x, batch, overlapping, call); }, ErrorCode::invalid_value, {"out: its memory overlaps x"});
   VisionAttentionCall bad_backend = call;
   bad_backend.backend = "nope";
   expect_error([&] { p.layer->forward(x, batch, out, bad_backend); }, ErrorCode::backend_unavailable, {"nope"});
   VisionAttentionCall misaligned = call;
   misaligned.cos->data = static_cast<char*>(misaligned.cos->data) + 1;  // found by the fuzzer
   expect_error([&] { p.layer->forward(x, batch, out, misaligned); }, ErrorCode::invalid_value,
-               {"cos: data", "is not aligned to its 4-byte elements"});
+               {"cos: data pointer", "is not aligned to its f32 element size (4 bytes)"});
   expect_out_untouched();
 }
 

@@ -20,14 +20,7 @@ struct View3 {
   int64_t token_stride, head_stride;
 };
 
-// Byte range [begin, end) a view can touch; empty when it has no elements.
-struct ByteSpan {
-  uintptr_t begin = 0, end = 0;
-  bool empty() const { return begin == end; }
-  bool overlaps(const ByteSpan& other) const {
-    return !empty() && !other.empty() && begin < other.end && other.begin < end;
-  }
-};
+}  // namespace
 
 void check_rank_and_strides(const TensorView& t, const char* name) {
   for (int i = 0; i < t.rank; ++i) {
@@ -42,7 +35,6 @@ void check_rank_and_strides(const TensorView& t, const char* name) {
   }
 }
 
-// Largest element index the view reaches, or throws if it overflows int64.
 ByteSpan byte_span(const TensorView& t, const char* name) {
   if (t.numel() == 0) return {};
   int64_t last = 0;
@@ -63,6 +55,23 @@ ByteSpan byte_span(const TensorView& t, const char* name) {
   const auto begin = reinterpret_cast<uintptr_t>(t.data);
   return {begin, begin + static_cast<uintptr_t>(bytes)};
 }
+
+void check_aligned(const TensorView& t, const char* name) {
+  if (reinterpret_cast<uintptr_t>(t.data) % dtype_size(t.dtype) != 0) {
+    fail(ErrorCode::invalid_value, name, ": data pointer ", t.data, " is not aligned to its ",
+         dtype_name(t.dtype), " element size (", dtype_size(t.dtype), " bytes)");
+  }
+}
+
+void check_disjoint(const ByteSpan& output, const char* output_name, const ByteSpan& other,
+                    const char* other_name) {
+  if (output.overlaps(other)) {
+    fail(ErrorCode::invalid_value, output_name, ": its memory overlaps ", other_name,
+         "; outputs must not alias inputs or each other");
+  }
+}
+
+namespace {
 
 View3 as_tokens_heads_dim(const TensorView& t, const char* name) {
   if (t.rank != 3 && t.rank != 4) {
@@ -102,10 +111,7 @@ View3 as_tokens_heads_dim(const TensorView& t, const char* name) {
   if (t.data == nullptr && t.numel() != 0) {
     fail(ErrorCode::invalid_value, name, ": data is null for shape ", t.shape_string());
   }
-  if (reinterpret_cast<uintptr_t>(t.data) % dtype_size(t.dtype) != 0) {
-    fail(ErrorCode::invalid_value, name, ": data pointer ", t.data, " is not aligned to its ",
-         dtype_name(t.dtype), " element size (", dtype_size(t.dtype), " bytes)");
-  }
+  check_aligned(t, name);
   return view;
 }
 
@@ -152,13 +158,6 @@ void check_no_self_overlap(const TensorView& t, const char* name) {
   }
 }
 
-void check_disjoint(const ByteSpan& output, const char* output_name, const ByteSpan& other,
-                    const char* other_name) {
-  if (output.overlaps(other)) {
-    fail(ErrorCode::invalid_value, output_name, ": its memory overlaps ", other_name,
-         "; outputs must not alias inputs or each other");
-  }
-}
 
 void check_option_tensor(const TensorView& t, const char* name, const View3& q,
                          std::initializer_list<int64_t> shape) {

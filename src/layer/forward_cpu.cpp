@@ -3,7 +3,7 @@
 #include <cmath>
 #include <vector>
 
-#include "core/half.h"
+#include "backends/cpu/rows.h"
 #include "core/parallel.h"
 #include "layer/gemm_cpu.h"
 #include "layer/layer_state.h"
@@ -66,7 +66,7 @@ void rows_to_f32(const void* src, DType dtype, int64_t src_stride, int64_t token
                  int threads) {
   for_token_ranges(tokens, threads, [&](int64_t first, int64_t end) {
     for (int64_t t = first; t < end; ++t) {
-      for (int64_t i = 0; i < features; ++i) dst[t * features + i] = load_as_float(src, dtype, t * src_stride + i);
+      cpu::load_row(src, dtype, t * src_stride, int(features), dst + t * features);
     }
   });
 }
@@ -75,7 +75,7 @@ void rows_from_f32(const float* src, int64_t tokens, int64_t features, void* dst
                    int threads) {
   for_token_ranges(tokens, threads, [&](int64_t first, int64_t end) {
     for (int64_t t = first; t < end; ++t) {
-      for (int64_t i = 0; i < features; ++i) store_from_float(dst, dtype, t * dst_stride + i, src[t * features + i]);
+      cpu::store_row(dst, dtype, t * dst_stride, src + t * features, int(features));
     }
   });
 }

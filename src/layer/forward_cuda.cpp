@@ -3,7 +3,7 @@
 // of it. Scratch comes from the stream-ordered allocator: no host sync, capturable in a graph.
 #include <cuda_runtime.h>
 
-#include "core/error_message.h"
+#include "backends/cuda/device_metadata.h"  // cuda::check, cuda::DeviceGuard
 #include "layer/cublaslt.h"
 #include "layer/layer_kernels.h"
 #include "layer/layer_state.h"
@@ -12,30 +12,13 @@ namespace visattn::layer {
 
 namespace {
 
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) fail(ErrorCode::internal, what, ": ", cudaGetErrorString(status));
-}
-
 size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
-
-// Makes `device` current for a scope.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    check(cudaGetDevice(&previous_), "cudaGetDevice");
-    if (previous_ != device) check(cudaSetDevice(device), "cudaSetDevice");
-  }
-  ~DeviceScope() { cudaSetDevice(previous_); }
-
- private:
-  int previous_ = 0;
-};
 
 // Stream-ordered scratch, given back on the same stream when the scope ends (also on error).
 class StreamScratch {
  public:
   StreamScratch(size_t bytes, cudaStream_t stream) : stream_(stream) {
-    check(cudaMallocAsync(&data_, bytes, stream), "allocating the layer's scratch (cudaMallocAsync)");
+    cuda::check(cudaMallocAsync(&data_, bytes, stream), "allocating the layer's scratch (cudaMallocAsync)");
   }
   ~StreamScratch() { cudaFreeAsync(data_, stream_); }
   char* data() const { return static_cast<char*>(data_); }
@@ -55,7 +38,7 @@ void forward_cuda(const LayerState& layer, const TensorView& x, const VarlenBatc
   const int64_t features = layer.qkv_features(), q_features = layer.q_features();
   const size_t esize = size_t(dtype_size(layer.dtype));
   const int device = layer.device.index;
-  const DeviceScope scope(device);
+  const cuda::DeviceGuard guard(device);
   const cudaStream_t stream = static_cast<cudaStream_t>(call.cuda_stream);
 
   const size_t qkv_bytes = align256(size_t(tokens * features) * esize);
@@ -79,7 +62,7 @@ void forward_cuda(const LayerState& layer, const TensorView& x, const VarlenBatc
     p.half_width = rope.half_width;
     p.bf16 = layer.dtype == DType::bf16;
     launch_norm_rope(p, stream);
-    check(cudaGetLastError(), "launching the QK norm / rope kernel");
+    cuda::check(cudaGetLastError(), "launching the QK norm / rope kernel");
   }
   attend(layer, qkv, attended, batch, call);
   linear_cuda(attended, q_features, tokens, w.proj_weight.data, w.proj_weight.stride[0],

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #if VISATTN_WITH_CUDA
-#include <cuda_runtime.h>
+#include "backends/cuda/device_metadata.h"  // cuda::check, cuda::DeviceGuard
 #endif
 
 #include "core/error_message.h"
@@ -13,12 +13,6 @@
 namespace visattn::layer {
 
 namespace {
-
-#if VISATTN_WITH_CUDA
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) fail(ErrorCode::internal, what, ": ", cudaGetErrorString(status));
-}
-#endif
 
 // The bytes of a view's span (first to last element) on the host.
 std::vector<unsigned char> host_bytes(const TensorView& view, int64_t span_elements) {
@@ -29,7 +23,7 @@ std::vector<unsigned char> host_bytes(const TensorView& view, int64_t span_eleme
     return host;
   }
 #if VISATTN_WITH_CUDA
-  check(cudaMemcpy(host.data(), view.data, bytes, cudaMemcpyDeviceToHost), "reading weights from the GPU");
+  cuda::check(cudaMemcpy(host.data(), view.data, bytes, cudaMemcpyDeviceToHost), "reading weights from the GPU");
   return host;
 #else
   fail(ErrorCode::backend_unavailable, "this build has no CUDA support");
@@ -63,15 +57,11 @@ std::shared_ptr<void> copy_to_device(const void* host, size_t bytes, Device devi
     return copy;
   }
 #if VISATTN_WITH_CUDA
-  int previous = 0;
-  check(cudaGetDevice(&previous), "cudaGetDevice");
-  check(cudaSetDevice(device.index), "cudaSetDevice");
+  const cuda::DeviceGuard guard(device.index);
   void* pointer = nullptr;
-  const cudaError_t status = cudaMalloc(&pointer, bytes ? bytes : 1);
-  cudaSetDevice(previous);
-  check(status, "allocating layer weights on the GPU");
+  cuda::check(cudaMalloc(&pointer, bytes ? bytes : 1), "allocating layer weights on the GPU");
   std::shared_ptr<void> copy(pointer, [](void* p) { cudaFree(p); });
-  if (bytes) check(cudaMemcpy(pointer, host, bytes, cudaMemcpyHostToDevice), "copying layer weights to the GPU");
+  if (bytes) cuda::check(cudaMemcpy(pointer, host, bytes, cudaMemcpyHostToDevice), "copying layer weights to the GPU");
   return copy;
 #else
   fail(ErrorCode::backend_unavailable, "this build has no CUDA support");

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/error_message.h"
+#include "core/validate.h"
 #include "layer/gemm_cpu.h"
 #include "layer/layer_memory.h"
 #include "layer/layer_state.h"
@@ -48,14 +49,6 @@ VisionAttentionConfig normalized(VisionAttentionConfig c) {
   return c;
 }
 
-// Views are read as arrays of their element type: the data must be aligned to it.
-void check_aligned(const TensorView& t, const char* prefix, const char* name) {
-  if (reinterpret_cast<uintptr_t>(t.data) % uintptr_t(dtype_size(t.dtype)) != 0) {
-    fail(ErrorCode::invalid_value, prefix, name, ": data ", t.data, " is not aligned to its ", dtype_size(t.dtype),
-         "-byte elements");
-  }
-}
-
 // A weight view: `rank` dims of the given sizes, rows contiguous, on the layer's device.
 void check_weight(const TensorView& w, const char* name, std::initializer_list<int64_t> shape,
                   Device device, const DType* dtype) {
@@ -69,7 +62,7 @@ void check_weight(const TensorView& w, const char* name, std::initializer_list<i
          ", got ", w.shape_string());
   }
   if (!w.data && w.numel() > 0) fail(ErrorCode::invalid_value, "weights.", name, ": data is null");
-  check_aligned(w, "weights.", name);
+  check_aligned(w, concat("weights.", name).c_str());
   if (w.stride[w.rank - 1] != 1 || (w.rank == 2 && w.stride[0] < w.shape[1])) {
     fail(ErrorCode::invalid_value, "weights.", name, ": rows must be contiguous and not overlap, got strides ",
          w.stride_string());
@@ -108,11 +101,12 @@ void check_activation(const TensorView& t, const char* name, int64_t tokens, int
   if (!(t.device == layer.device)) {
     fail(ErrorCode::invalid_type, name, ": on ", device_name(t.device), ", but the layer is on ", device_name(layer.device));
   }
+  check_rank_and_strides(t, name);
   if (t.stride[1] != 1 || (t.shape[0] > 1 && t.stride[0] < features)) {
     fail(ErrorCode::invalid_value, name, ": rows must be contiguous and not overlap, got strides ", t.stride_string());
   }
   if (!t.data && t.shape[0] > 0) fail(ErrorCode::invalid_value, name, ": data is null");
-  check_aligned(t, "", name);
+  check_aligned(t, name);
 }
 
 layer::RopeTables check_rope(const LayerState& layer, const VisionAttentionCall& call, int64_t tokens) {
@@ -134,12 +128,10 @@ layer::RopeTables check_rope(const LayerState& layer, const VisionAttentionCall&
     if (!(t.device == layer.device)) {
       fail(ErrorCode::invalid_type, name, ": on ", device_name(t.device), ", but the layer is on ", device_name(layer.device));
     }
-    if (t.stride[1] != 1 || t.stride[0] < 0) {
-      fail(ErrorCode::invalid_value, name, ": rows must be contiguous, at a row stride >= 0, got strides ",
-           t.stride_string());
-    }
+    check_rank_and_strides(t, name);
+    if (t.stride[1] != 1) fail(ErrorCode::invalid_value, name, ": rows must be contiguous, got strides ", t.stride_string());
     if (!t.data && tokens > 0) fail(ErrorCode::invalid_value, name, ": data is null");
-    check_aligned(t, "", name);
+    check_aligned(t, name);
   }
   if (rope) {
     if (call.cos->shape[1] != call.sin->shape[1]) {
@@ -152,17 +144,6 @@ layer::RopeTables check_rope(const LayerState& layer, const VisionAttentionCall&
     tables.half_width = call.cos->shape[1] != layer.config.head_dim;
   }
   return tables;
-}
-
-bool overlaps(const TensorView& a, const TensorView& b) {
-  if (a.shape[0] == 0 || b.shape[0] == 0) return false;
-  auto span = [](const TensorView& t) {
-    const char* begin = static_cast<const char*>(t.data);
-    return std::pair{begin, begin + ((t.shape[0] - 1) * t.stride[0] + t.shape[1]) * dtype_size(t.dtype)};
-  };
-  const auto [a0, a1] = span(a);
-  const auto [b0, b1] = span(b);
-  return a0 < b1 && b0 < a1;
 }
 
 // The f32 copy of a weight a CPU layer's GEMM reads: the view itself for f32 layers.
@@ -257,7 +238,7 @@ void VisionAttentionLayer::forward(const TensorView& x, const VarlenBatch& batch
   const int64_t tokens = batch.total_tokens();
   check_activation(x, "x", tokens, s.config.embed_dim, s);
   check_activation(out, "out", tokens, s.config.embed_dim, s);
-  if (overlaps(x, out)) fail(ErrorCode::invalid_value, "out: overlaps x; the layer does not run in place");
+  check_disjoint(byte_span(out, "out"), "out", byte_span(x, "x"), "x");
   const layer::RopeTables rope = check_rope(s, call, tokens);
   if (s.device.type == DeviceType::cpu) {
     layer::forward_cpu(s, x, batch, out, rope, call);

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/error_message.h"
+#include "core/validate.h"
 #include "layer/layer_kernels.h"
 #include "visattn/layer.h"
 
@@ -69,11 +70,8 @@ void gather_tokens(const TensorView& src, const int64_t* index, const TensorView
   const int64_t rows = dst.shape[0], esize = dtype_size(src.dtype), row_bytes = src.shape[1] * esize;
   if (rows > 0 && !index) fail(ErrorCode::invalid_value, "index: null");
   if (rows > 0 && row_bytes > 0 && (!src.data || !dst.data)) fail(ErrorCode::invalid_value, "src or dst: data is null");
-  for (auto [t, name] : {std::pair{&src, "src"}, std::pair{&dst, "dst"}}) {
-    if (reinterpret_cast<uintptr_t>(t->data) % uintptr_t(esize) != 0) {
-      fail(ErrorCode::invalid_value, name, ": data is not aligned to its ", esize, "-byte elements");
-    }
-  }
+  check_aligned(src, "src");
+  check_aligned(dst, "dst");
   if (src.device.type == DeviceType::cpu) {
     for (int64_t i = 0; i < rows; ++i) {
       if (index[i] < 0 || index[i] >= src.shape[0]) {
