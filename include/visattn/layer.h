@@ -92,7 +92,6 @@ class VisionAttentionLayer {
 
  private:
   struct State;
-  explicit VisionAttentionLayer(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
 };
 

@@ -88,7 +88,6 @@ void forward_cpu(const LayerState& layer, const TensorView& x, const VarlenBatch
   const int64_t features = layer.qkv_features(), q_features = layer.q_features();
   const int threads = call.num_threads;
   const bool f32 = layer.dtype == DType::f32;
-  if (tokens == 0) return;  // nothing to write (and no scratch to point into)
 
   std::vector<float> x32;
   const float* x_rows = static_cast<const float*>(x.data);

@@ -33,7 +33,6 @@ class StreamScratch {
 void forward_cuda(const LayerState& layer, const TensorView& x, const VarlenBatch& batch, const TensorView& out,
                   const RopeTables& rope, const VisionAttentionCall& call) {
   const int64_t tokens = batch.total_tokens();
-  if (tokens == 0) return;
   const VisionAttentionConfig& c = layer.config;
   const int64_t features = layer.qkv_features(), q_features = layer.q_features();
   const size_t esize = size_t(dtype_size(layer.dtype));

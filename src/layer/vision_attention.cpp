@@ -183,7 +183,6 @@ void layer::attend(const LayerState& layer, void* qkv, void* attention_out, cons
   attention(q, k, v, out, batch, options, call.backend);
 }
 
-VisionAttentionLayer::VisionAttentionLayer(std::unique_ptr<State> state) : state_(std::move(state)) {}
 VisionAttentionLayer::VisionAttentionLayer(VisionAttentionLayer&&) noexcept = default;
 VisionAttentionLayer& VisionAttentionLayer::operator=(VisionAttentionLayer&&) noexcept = default;
 VisionAttentionLayer::~VisionAttentionLayer() = default;
@@ -240,6 +239,7 @@ void VisionAttentionLayer::forward(const TensorView& x, const VarlenBatch& batch
   check_activation(out, "out", tokens, s.config.embed_dim, s);
   check_disjoint(byte_span(out, "out"), "out", byte_span(x, "x"), "x");
   const layer::RopeTables rope = check_rope(s, call, tokens);
+  if (tokens == 0) return;  // nothing to write, and no scratch for the device passes to point into
   if (s.device.type == DeviceType::cpu) {
     layer::forward_cpu(s, x, batch, out, rope, call);
   } else {
