@@ -20,9 +20,13 @@ namespace {
 // 16-byte alignment of every region of the metadata buffer.
 size_t align16(size_t bytes) { return (bytes + 15) / 16 * 16; }
 
-// The kernel's tiles (see Tile): an image longer than a tile is cut into tiles of kTileRows
-// rows, one group; runs of consecutive shorter images share a tile while their tokens fit
-// (segment packing: 64-token windows fill a tile, 16-token ones go four to a tile), a group
+// Tiles of `rows` rows any batch of `images` images and `tokens` tokens can have: each image
+// ends at most one partial tile (packs included).
+int64_t tile_bound(int64_t images, int64_t tokens, int rows) { return (tokens + rows - 1) / rows + images; }
+
+// A kernel's tiles of `tile_rows` rows (see Tile): an image longer than a tile is cut into
+// tiles, one group; runs of consecutive shorter images share a tile while their tokens fit
+// (segment packing: 64-token windows fill a 64-row tile, 16-token ones go four to it), a group
 // each. Groups are ordered heaviest first (sum of squared image lengths).
 Tile tile_of(int first_image, int end_image, int first_row) {
   Tile tile;
@@ -30,7 +34,7 @@ Tile tile_of(int first_image, int end_image, int first_row) {
   return tile;
 }
 
-std::vector<Tile> schedule_of(const VarlenBatch& batch) {
+std::vector<Tile> schedule_of(const VarlenBatch& batch, int tile_rows) {
   std::vector<std::pair<int64_t, std::vector<Tile>>> groups;  // (cost, tiles)
   const std::span<const int32_t> lengths = batch.lengths();
   int pack_first = -1, pack_tokens = 0;
@@ -41,16 +45,16 @@ std::vector<Tile> schedule_of(const VarlenBatch& batch) {
   };
   for (int image = 0; image < int(lengths.size()); ++image) {
     const int n = lengths[image];
-    if (n > kTileRows) {
+    if (n > tile_rows) {
       close_pack(image);
       std::vector<Tile> tiles;
-      for (int q0 = 0; q0 < n; q0 += kTileRows) tiles.push_back(tile_of(image, image + 1, q0));
+      for (int q0 = 0; q0 < n; q0 += tile_rows) tiles.push_back(tile_of(image, image + 1, q0));
       groups.push_back({int64_t(n) * n, std::move(tiles)});
       continue;
     }
-    // A pack holds kTileRows images at most, so that the kernel's search of a row's image is
+    // A pack holds tile_rows images at most, so that the kernel's search of a row's image is
     // short even through runs of zero-length images.
-    if (pack_tokens + n > kTileRows || image - pack_first >= kTileRows) close_pack(image);
+    if (pack_tokens + n > tile_rows || image - pack_first >= tile_rows) close_pack(image);
     if (pack_first < 0) pack_first = image;
     pack_tokens += n;
     pack_cost += int64_t(n) * n;
@@ -81,13 +85,18 @@ std::vector<char> device_image(const VarlenBatch& batch, const Layout& layout) {
   for (int64_t i = 0; i <= layout.image_capacity; ++i) {
     cu[i] = batch.cu_seqlens()[std::min<int64_t>(i, batch.num_images())];  // pad with the end
   }
-  const std::vector<Tile> schedule = schedule_of(batch);
-  if (int64_t(schedule.size()) > layout.tile_capacity) {
-    fail(ErrorCode::invalid_value, "batch: ", schedule.size(), " tiles exceed the ", layout.tile_capacity,
-         " the device buffers were prepared for; prepare a larger batch");
+  const int tile_rows[] = {kTileRows, kWideTileRows};
+  const int64_t capacity[] = {layout.tile_capacity, layout.wide_tile_capacity};
+  const size_t offset[] = {layout.schedule_offset, layout.wide_schedule_offset};
+  for (int i = 0; i < 2; ++i) {
+    const std::vector<Tile> schedule = schedule_of(batch, tile_rows[i]);
+    if (int64_t(schedule.size()) > capacity[i]) {  // the layout was made for fewer tokens
+      fail(ErrorCode::invalid_value, "batch: ", schedule.size(), " tiles of ", tile_rows[i], " rows exceed the ",
+           capacity[i], " the device buffers were prepared for; prepare a larger batch");
+    }
+    counts[i] = int32_t(schedule.size());
+    std::copy(schedule.begin(), schedule.end(), reinterpret_cast<Tile*>(bytes.data() + offset[i]));
   }
-  counts[0] = int32_t(schedule.size());
-  std::copy(schedule.begin(), schedule.end(), reinterpret_cast<Tile*>(bytes.data() + layout.schedule_offset));
   return bytes;
 }
 
@@ -106,13 +115,17 @@ DeviceGuard::DeviceGuard(int device) {
 
 DeviceGuard::~DeviceGuard() { cudaSetDevice(previous_); }
 
-Layout::Layout(int64_t images, int64_t tiles) : image_capacity(images), tile_capacity(tiles) {
+Layout::Layout(int64_t images, int64_t tokens)
+    : image_capacity(images),
+      tile_capacity(tile_bound(images, tokens, kTileRows)),
+      wide_tile_capacity(tile_bound(images, tokens, kWideTileRows)) {
   cu_offset = 16;
   seq_len_offset = align16(cu_offset + 4 * size_t(images + 1));
   ragged_offset = align16(seq_len_offset + 4 * size_t(images));
   ragged_array_bytes = align16(8 * size_t(images + 1));
   schedule_offset = ragged_offset + cudnn::kRaggedTensors * ragged_array_bytes;
-  bytes = schedule_offset + sizeof(Tile) * size_t(tiles);
+  wide_schedule_offset = schedule_offset + sizeof(Tile) * size_t(tile_capacity);
+  bytes = wide_schedule_offset + sizeof(Tile) * size_t(wide_tile_capacity);
 }
 
 }  // namespace visattn::cuda
@@ -148,10 +161,7 @@ void upload(DeviceMetadata& prepared, const VarlenBatch& batch, void* stream_han
 
 // Capacity of a batch's bucket: its images rounded to the bucket, and the tiles any batch of
 // that many tokens and images can have.
-Layout layout_for(const VarlenBatch& batch) {
-  const int64_t images = batch.batch_bucket(), tokens = batch.total_tokens();
-  return Layout(images, (tokens + kTileRows - 1) / kTileRows + images);
-}
+Layout layout_for(const VarlenBatch& batch) { return Layout(batch.batch_bucket(), batch.total_tokens()); }
 
 // For batches nobody prepared: one per device, grown as needed, reused under a lock.
 std::mutex scratch_mutex;
@@ -204,7 +214,7 @@ MetadataLease::MetadataLease(const AttentionParams& p) : stream_(static_cast<cud
       std::span<const int32_t>(p.cu_seqlens, size_t(p.num_images + 1)));
   const Layout needed = layout_for(batch);
   if (!slot || slot->layout.bytes < needed.bytes || slot->layout.image_capacity < needed.image_capacity ||
-      slot->layout.tile_capacity < needed.tile_capacity) {
+      slot->layout.tile_capacity < needed.tile_capacity || slot->layout.wide_tile_capacity < needed.wide_tile_capacity) {
     slot = std::make_unique<DeviceMetadata>(device, needed, batch.max_seqlen_bucket());
     check(cudaMalloc(&slot->buffer, needed.bytes), "cudaMalloc (batch metadata)");
   }
@@ -259,7 +269,8 @@ std::string unavailable_reason() {
 std::string describe() {
   return concat("mma.sync tensor-core tiles (sm80+)",
 #if VISATTN_WITH_SM90A
-                "; wgmma tiles on sm90 with VISATTN_CUDA_SM90=1 (experimental: head dims 64-128, 16-byte aligned tensors)",
+                "; wgmma tiles on sm90 with VISATTN_CUDA_SM90=1 (experimental: 128-row tiles, head dims 64-128, "
+                "16-byte aligned tensors)",
 #endif
                 ", 64-row tiles heaviest first, short images packed; head_dim rounded up to 32/64/80/96/128/256");
 }
@@ -294,21 +305,27 @@ void run(const AttentionParams& p) {
   kp.num_heads = p.num_heads, kp.num_kv_heads = p.num_kv_heads, kp.head_dim = p.head_dim;
   const char* buffer = static_cast<const char*>(prepared->buffer);
   kp.cu_seqlens = reinterpret_cast<const int32_t*>(buffer + prepared->layout.cu_offset);
-  kp.schedule = reinterpret_cast<const Tile*>(buffer + prepared->layout.schedule_offset);
-  kp.tile_count = reinterpret_cast<const int32_t*>(buffer);
+  // Each kernel walks the schedule of its tile rows (see Layout).
+  kp.vector_io = vector_io(p);
+  const Kernel kernel = kernel_for(kp.vector_io, *padded, device);
+  const bool wide = kernel == Kernel::sm90;
+  kp.schedule = reinterpret_cast<const Tile*>(
+      buffer + (wide ? prepared->layout.wide_schedule_offset : prepared->layout.schedule_offset));
+  kp.tile_count = reinterpret_cast<const int32_t*>(buffer) + (wide ? 1 : 0);
   kp.scale_log2 = float(p.softmax_scale * 1.4426950408889634);
   kp.window_left = p.window_left, kp.window_right = p.window_right;
   kp.sinks = p.sinks, kp.sinks_stride = p.sinks_stride;
   kp.lse = p.lse, kp.lse_head_stride = p.lse_head_stride, kp.lse_token_stride = p.lse_token_stride;
-  kp.vector_io = vector_io(p);
 
-  const int64_t blocks = prepared->layout.tile_capacity * p.num_heads;  // tile-major, then heads
+  // The grid covers the bucket's tile capacity (a later batch of the bucket, graph replay).
+  const int64_t tiles = wide ? prepared->layout.wide_tile_capacity : prepared->layout.tile_capacity;
+  const int64_t blocks = tiles * p.num_heads;  // tile-major, then heads
   if (blocks > INT32_MAX) {
-    fail(ErrorCode::unsupported, "backend='cuda': ", prepared->layout.tile_capacity, " tiles x ", p.num_heads,
+    fail(ErrorCode::unsupported, "backend='cuda': ", tiles, " tiles x ", p.num_heads,
          " heads exceed the 2^31 - 1 blocks of one launch (split the batch)");
   }
   const dim3 grid{unsigned(blocks)};
-  check(launch_flash_forward(kp, p.dtype == DType::bf16, *padded, grid, stream), "kernel launch");
+  check(launch_flash_forward(kernel, kp, p.dtype == DType::bf16, *padded, grid, stream), "kernel launch");
   lease.finish();
 }
 

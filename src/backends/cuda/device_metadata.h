@@ -33,19 +33,22 @@ class DeviceGuard {
 
 // Byte layout of the device buffer, every region 16-byte aligned (cuDNN requires it of the
 // index tensors it reads):
-//   [tile count, int32 padded to 16] [cu_seqlens, int32 x (image_capacity + 1)]
-//   [seq_len, int32 x image_capacity]
+//   [tile counts: kTileRows and kWideTileRows schedules, int32 x 2 padded to 16]
+//   [cu_seqlens, int32 x (image_capacity + 1)] [seq_len, int32 x image_capacity]
 //   [ragged offsets, cudnn::kRaggedTensors arrays of int64 x (image_capacity + 1)]
-//   [tile schedule, Tile x tile_capacity]
+//   [tile schedule, Tile x tile_capacity] [wide tile schedule, Tile x wide_tile_capacity]
 // cu_seqlens is padded past the batch's images with its last value, so the padding images are
 // empty. seq_len and the ragged offsets are written on the device by the cudnn backend
 // (backends/cudnn/ragged_indices.h), from cu_seqlens, at each call: they depend on the strides
 // of that call's tensors.
+// The two schedules: 64-row tiles for the sm80 kernel, 128-row tiles for the sm90 kernel
+// (whichever a call runs, the other costs a few host microseconds and bytes).
 struct Layout {
-  int64_t image_capacity, tile_capacity;
-  size_t cu_offset, seq_len_offset, ragged_offset, ragged_array_bytes, schedule_offset, bytes;
+  int64_t image_capacity, tile_capacity, wide_tile_capacity;
+  size_t cu_offset, seq_len_offset, ragged_offset, ragged_array_bytes, schedule_offset, wide_schedule_offset, bytes;
 
-  Layout(int64_t images, int64_t tiles);
+  // Room for any batch of `images` images and `tokens` tokens.
+  Layout(int64_t images, int64_t tokens);
 };
 
 }  // namespace visattn::cuda

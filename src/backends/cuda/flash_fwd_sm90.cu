@@ -1,17 +1,17 @@
-// The forward kernel on Hopper (sm90a): the sm80 kernel's schedule, masking and online softmax
-// with the products on warpgroup MMAs. One block is one warpgroup (4 warps x 16 rows) over a
-// 64-row tile of the schedule and one head:
-//   S = Q Kᵀ: wgmma m64n64k16 with Q and K in shared memory (K-major, 128-byte swizzle);
-//   the softmax runs on S in registers (the accumulator layout is mma.sync's, so the sm80
-//   kernel's row bookkeeping carries over); O += P V: wgmma m64nDk16 with P from registers
-//   and V in shared memory (MN-major, the same swizzled tile layout as K).
-// K and V are double-buffered with cp.async (16-byte chunks written straight into their
-// swizzled places). Compiled for sm_90a only (its own object library in CMakeLists.txt); with
-// VISATTN_CUDA_SM90=1 the host launches it on compute capability 9.0 for head dims padded to
-// 64, 80, 96 and 128 when the tensors allow 16-byte copies, and the sm80 kernel everywhere
-// else. This first version is correct (visattn check 500 cases, memcheck) but slower than the
-// sm80 kernel: every GEMM is waited for, nothing overlaps the softmax, and there is no TMA or
-// producer warp yet (bench/NOTES.md CUDA entry 10; issue 8's next steps).
+// The forward kernel on Hopper (sm90a): the sm80 kernel's masking and online softmax with the
+// products on warpgroup MMAs, over the 128-row tile schedule. A block is one (tile, head):
+//   - a producer warp copies Q (once) and K/V blocks of 64 keys (cp.async, 16-byte chunks
+//     straight into the 128-byte-swizzled layout wgmma reads) into a ring of stages; each
+//     stage's "full" barrier completes when its copies land, its "empty" barrier when both
+//     consumers are done with it;
+//   - two consumer warpgroups own 64 query rows each and share every K/V stage. Each issues
+//     S = Q Kᵀ of key block j (m64n64k16 wgmmas, Q and K in shared memory) and then O += P V of
+//     block j - 1 (m64nDk16, P from registers, V in shared memory, MN-major) before it waits
+//     for S alone: the softmax of block j runs while the tensor cores work on P V.
+//   - Warpgroups whose rows see none of a key block (packed images, windows) let it pass.
+// Compiled for sm_90a only (its own object library in CMakeLists.txt); VISATTN_CUDA_SM90=1 runs
+// it on compute capability 9.0 for head dims padded to 64, 80, 96 and 128 when the tensors
+// allow 16-byte copies (bench/NOTES.md CUDA entries 10-11).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -19,6 +19,7 @@
 #include "backends/cuda/block_work.cuh"
 #include "backends/cuda/flash_params.h"
 #include "backends/cuda/flash_sm90.h"
+#include "backends/cuda/mbarrier.cuh"
 #include "backends/cuda/mma.cuh"
 #include "backends/cuda/wgmma.cuh"
 
@@ -26,21 +27,28 @@ namespace visattn::cuda {
 
 namespace {
 
-constexpr int kRows = kTileRows;  // query rows per block: one warpgroup, 16 per warp
-constexpr int kKeys = 64;         // keys per block: S is m64n64
-constexpr int kThreads = 128;
-static_assert(kRows == 64, "one warpgroup covers 64 rows");
+constexpr int kRows = kWideTileRows;  // query rows per block
+constexpr int kGroupRows = 64;        // per consumer warpgroup: 4 warps x 16
+constexpr int kConsumers = kRows / kGroupRows;
+constexpr int kConsumerThreads = 128 * kConsumers;
+constexpr int kThreads = kConsumerThreads + 32;  // and the producer warp
+constexpr int kKeys = 64;                        // keys per stage: S is m64n64 per warpgroup
+constexpr int kStages = 4;
 
-// Shared memory of head dim D (padded): Q, then two buffers of K and two of V, each a tile of
-// 128-byte rows (64 elements) per 64-column atom of the head dim.
+// Shared memory of head dim D (padded): each warpgroup's Q, then the stages (K, then V), each
+// a tile of 128-byte rows (64 elements) per 64-column atom of the head dim; then the barriers.
 template <int D>
 struct Tiles {
   static constexpr int kAtoms = (D + 63) / 64;
-  static constexpr int kQBytes = kAtoms * kRows * 128;
+  static constexpr int kGroupQBytes = kAtoms * kGroupRows * 128;
   static constexpr int kKVBytes = kAtoms * kKeys * 128;
-  static constexpr int kBytes = kQBytes + 4 * kKVBytes;
-  static constexpr int kStagedPitch = D + 8;  // the output, staged row-major over the K buffers
-  static_assert(kRows * kStagedPitch * 2 <= 2 * kKVBytes, "the staged output fits the K buffers");
+  static constexpr int kStageBytes = 2 * kKVBytes;
+  static constexpr int kStagesOffset = kConsumers * kGroupQBytes;
+  static constexpr int kBarriersOffset = kStagesOffset + kStages * kStageBytes;
+  static constexpr int kBytes = kBarriersOffset + (1 + 2 * kStages) * 8;
+  static constexpr int kStagedPitch = D + 8;  // the output, staged row-major over the stages
+  static_assert(kRows * kStagedPitch * 2 <= kStages * kStageBytes, "the staged output fits the stages");
+  static_assert(kBytes <= 227 * 1024, "the tiles fit an H100's shared memory");
 };
 
 // Byte offset of 16-byte chunk c (columns 8c..8c+7) of row r in a swizzled tile of `rows` rows.
@@ -49,13 +57,15 @@ __device__ inline int chunk_offset(int r, int c, int rows) {
 }
 
 // Rows [0, kHeight) of a tile from a [tokens, heads, head_dim] tensor from token `first` into the
-// swizzled layout; rows >= valid and columns >= head_dim are zeros (cp.async zero-fill).
+// swizzled layout, copied by the producer warp's lanes; rows >= valid and columns >= head_dim
+// are zeros (cp.async zero-fill).
 template <typename T, int D, int kHeight>
 __device__ inline void load_swizzled(unsigned char* tile, const T* base, int64_t first, int valid,
-                                     int64_t token_stride, int64_t head_offset, int head_dim) {
+                                     int64_t token_stride, int64_t head_offset, int head_dim, int lane) {
   constexpr int kChunks = D / 8, kTotal = kHeight * kChunks;
   const T* rows = base + first * token_stride + head_offset;
-  for (int i = threadIdx.x; i < kTotal; i += kThreads) {
+#pragma unroll 4
+  for (int i = lane; i < kTotal; i += 32) {
     const int r = i / kChunks, c = i % kChunks;
     const bool inside = r < valid && c * 8 < head_dim;
     cp_async_16(tile + chunk_offset(r, c, kHeight), inside ? rows + r * token_stride + c * 8 : base, inside ? 16 : 0);
@@ -63,38 +73,77 @@ __device__ inline void load_swizzled(unsigned char* tile, const T* base, int64_t
 }
 
 template <typename T, int D>
-__global__ void __launch_bounds__(kThreads) flash_fwd_sm90_kernel(const KernelParams p) {
+__global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const KernelParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Layout = Tiles<D>;
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ __align__(1024) unsigned char shared[];
-  unsigned char* q_tile = shared;
-  unsigned char* k_tiles = shared + Layout::kQBytes;       // [2] K buffers
-  unsigned char* v_tiles = k_tiles + 2 * Layout::kKVBytes;  // [2] V buffers
+  unsigned char* stages = shared + Layout::kStagesOffset;
+  uint64_t* q_full = reinterpret_cast<uint64_t*>(shared + Layout::kBarriersOffset);
+  uint64_t* full = q_full + 1;        // [kStages]
+  uint64_t* empty = full + kStages;   // [kStages]
 
   BlockWork w;
   if (!block_work(p, kRows, w)) return;
-  const T* q = static_cast<const T*>(p.q);
-  const T* k = static_cast<const T*>(p.k);
-  const T* v = static_cast<const T*>(p.v);
-  const int64_t k_head_offset = w.kv_head * p.k_head_stride, v_head_offset = w.kv_head * p.v_head_stride;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, group = lane / 4, quad = lane % 4;
+  if (threadIdx.x == 0) {
+    mbarrier::init(q_full, 32);
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier::init(&full[s], 32);                // the producer's lanes, as their copies land
+      mbarrier::init(&empty[s], 4 * kConsumers);  // every consumer warp
+    }
+  }
+  __syncthreads();
+  const int blocks = (w.key_end - w.key_begin + kKeys - 1) / kKeys;  // key blocks of the tile
 
-  auto load_kv = [&](int stage, int kb) {
-    const int valid = min(kKeys, w.key_end - kb);
-    load_swizzled<T, D, kKeys>(k_tiles + stage * Layout::kKVBytes, k, kb, valid, p.k_token_stride, k_head_offset,
-                               p.head_dim);
-    load_swizzled<T, D, kKeys>(v_tiles + stage * Layout::kKVBytes, v, kb, valid, p.v_token_stride, v_head_offset,
-                               p.head_dim);
-  };
-  load_swizzled<T, D, kRows>(q_tile, q, w.q_begin, w.rows, p.q_token_stride, w.head * p.q_head_stride, p.head_dim);
-  load_kv(0, w.key_begin);
-  cp_async_commit();
+  if (threadIdx.x >= kConsumerThreads) {  // the producer warp
+    const int lane = threadIdx.x - kConsumerThreads;
+    const T* k = static_cast<const T*>(p.k);
+    const T* v = static_cast<const T*>(p.v);
+    for (int g = 0; g < kConsumers; ++g) {
+      load_swizzled<T, D, kGroupRows>(shared + g * Layout::kGroupQBytes, static_cast<const T*>(p.q),
+                                      w.q_begin + g * kGroupRows, min(kGroupRows, max(0, w.rows - g * kGroupRows)),
+                                      p.q_token_stride, w.head * p.q_head_stride, p.head_dim, lane);
+    }
+    mbarrier::arrive_on_copies(q_full);
+    for (int j = 0; j < blocks; ++j) {
+      const int stage = j % kStages, kb = w.key_begin + j * kKeys, valid = min(kKeys, w.key_end - kb);
+      if (j >= kStages) mbarrier::wait(&empty[stage], (j / kStages - 1) & 1);  // its last round was read
+      unsigned char* k_tile = stages + stage * Layout::kStageBytes;
+      load_swizzled<T, D, kKeys>(k_tile, k, kb, valid, p.k_token_stride, w.kv_head * p.k_head_stride, p.head_dim,
+                                 lane);
+      load_swizzled<T, D, kKeys>(k_tile + Layout::kKVBytes, v, kb, valid, p.v_token_stride,
+                                 w.kv_head * p.v_head_stride, p.head_dim, lane);
+      mbarrier::arrive_on_copies(&full[stage]);
+    }
+    cp_async_wait_all();
+    return;
+  }
 
-  // This thread's two rows (slot h: row 16 warp + group + 8 h) and the keys each sees.
+  // A consumer: warpgroup `group` owns rows [64 group, 64 group + 64) of the tile.
+  const int group = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+  const int quad = lane % 4, first_row = group * kGroupRows + 16 * warp + lane / 4;
+  const unsigned char* q_tile = shared + group * Layout::kGroupQBytes;
+
+  // This thread's two rows (slot h: first_row + 8 h) and the keys each sees; the key blocks
+  // some row of this warpgroup sees, [own_begin, own_end).
   int key_min[2], key_max[2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) row_keys(p, w, 16 * warp + group + 8 * h, key_min[h], key_max[h]);
+  for (int h = 0; h < 2; ++h) row_keys(p, w, first_row + 8 * h, key_min[h], key_max[h]);
+  int own_begin = 0, own_end = 0;
+  if (group * kGroupRows < w.rows) {
+    int lo, hi, unused;
+    row_keys(p, w, group * kGroupRows, lo, unused);
+    row_keys(p, w, min(w.rows, (group + 1) * kGroupRows) - 1, unused, hi);
+    own_begin = max(0, (lo - w.key_begin) / kKeys);
+    own_end = max(own_begin, min(blocks, (hi - w.key_begin + kKeys - 1) / kKeys));
+  }
+  auto wait_full = [&](int j) { mbarrier::wait(&full[j % kStages], (j / kStages) & 1); };
+  auto release = [&](int j) {
+    __syncwarp();
+    if (lane == 0) mbarrier::arrive(&empty[j % kStages]);
+  };
+  auto k_tile = [&](int j) { return stages + j % kStages * Layout::kStageBytes; };
+
   const bool windowed = p.window_left >= 0 || p.window_right >= 0;
   const float sink = p.sinks ? p.sinks[w.head * p.sinks_stride] * kLog2e : -INFINITY;
   float row_max[2] = {sink, sink};
@@ -102,41 +151,43 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_sm90_kernel(const KernelPa
   float o[D / 2];  // register 4 j + e: row slot e / 2, column 8 j + 2 quad + e % 2
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
-
-  for (int kb = w.key_begin, stage = 0; kb < w.key_end; kb += kKeys, stage ^= 1) {
-    cp_async_wait_all();
-    sm90::fence_async_shared();  // the cp.async writes, visible to the tensor cores' reads
-    __syncthreads();       // ... of every thread; and every warp is done with the other buffer
-    if (kb + kKeys < w.key_end) {
-      load_kv(stage ^ 1, kb + kKeys);
-      cp_async_commit();
-    }
-    const unsigned char* k_tile = k_tiles + stage * Layout::kKVBytes;
-    const unsigned char* v_tile = v_tiles + stage * Layout::kKVBytes;
-
-    // S = Q Kᵀ; register 4 n + e: row slot e / 2, key kb + 8 n + 2 quad + e % 2.
-    float s[32];
+  float s[32];  // register 4 n + e: row slot e / 2, key kb + 8 n + 2 quad + e % 2
 #pragma unroll
-    for (int i = 0; i < 32; ++i) s[i] = 0.0f;
-    sm90::wgmma_fence();
+  for (int i = 0; i < 32; ++i) s[i] = 0.0f;
+  uint32_t p_now[kKeys / 16][4], p_next[kKeys / 16][4];  // P as k16 A fragments (P V's A)
+  float row_scale[2];
+
+  // S = Q Kᵀ of key block j (not waited for). The first k-step overwrites s.
+  auto issue_s = [&](int j) {
+    const unsigned char* k_j = k_tile(j);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const int atom = kk / 4, inside = kk % 4 * 32;  // 64-column atom, bytes into its 128-byte rows
-      sm90::Wgmma<T, 64>::ss(s, sm90::descriptor(q_tile + atom * kRows * 128 + inside, 16, 1024),
-                             sm90::descriptor(k_tile + atom * kKeys * 128 + inside, 16, 1024), kk > 0);
+      sm90::Wgmma<T, 64>::ss(s, sm90::descriptor(q_tile + atom * kGroupRows * 128 + inside, 16, 1024),
+                             sm90::descriptor(k_j + atom * kKeys * 128 + inside, 16, 1024), kk > 0);
     }
     sm90::wgmma_commit();
-    sm90::wgmma_wait_all();
-
+  };
+  // O += P V of key block j (not waited for).
+  auto issue_pv = [&](const uint32_t (&a)[kKeys / 16][4], int j) {
+    const unsigned char* v_j = k_tile(j) + Layout::kKVBytes;
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      sm90::Wgmma<T, D>::rs_mn(o, a[kk], sm90::descriptor(v_j + kk * 16 * 128, kKeys * 128, 1024), 1);
+    }
+    sm90::wgmma_commit();
+  };
+  // Masks and exponentiates S of key block j into the A fragments `a`; row_scale: how much
+  // O must shrink before this block's P V adds to it (the sum has shrunk already).
+  auto softmax = [&](int j, uint32_t (&a)[kKeys / 16][4]) {
+    const int kb = w.key_begin + j * kKeys;
     const bool masked = w.packed || windowed || kb + kKeys > w.key_end;
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
       const int h = i % 4 / 2, key = kb + 8 * (i / 4) + 2 * quad + i % 2;
       s[i] = masked && (key < key_min[h] || key >= key_max[h]) ? -INFINITY : s[i] * p.scale_log2;
     }
-
-    // Online softmax, as in the sm80 kernel.
-    float block_max[2] = {-INFINITY, -INFINITY}, row_scale[2], row_base[2];
+    float block_max[2] = {-INFINITY, -INFINITY}, row_base[2];
 #pragma unroll
     for (int i = 0; i < 32; ++i) block_max[i % 4 / 2] = fmaxf(block_max[i % 4 / 2], s[i]);
 #pragma unroll
@@ -146,27 +197,56 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_sm90_kernel(const KernelPa
       s[i] = exp2_fast(s[i] - row_base[i % 4 / 2]);
       row_sum[i % 4 / 2] += s[i];
     }
-#pragma unroll
-    for (int i = 0; i < D / 2; ++i) o[i] *= row_scale[i % 4 / 2];
-
-    // O += P V, P straight from the S registers (two n-blocks of S are one k16 A fragment),
-    // packed before the fence so that the four wgmmas issue back to back.
-    uint32_t a[kKeys / 16][4];
+    // Two n-blocks of S are one k16 A fragment.
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) {
 #pragma unroll
-      for (int j = 0; j < 4; ++j) a[kk][j] = pack2<T>(s[8 * kk + 2 * j], s[8 * kk + 2 * j + 1]);
+      for (int e = 0; e < 4; ++e) a[kk][e] = pack2<T>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
+    }
+  };
+
+  for (int j = 0; j < own_begin; ++j) wait_full(j), release(j);
+  if (own_begin < own_end) {
+    mbarrier::wait(q_full, 0);
+    wait_full(own_begin);
+    sm90::fence_async_shared();  // the copies, visible to the tensor cores' reads
+    sm90::wgmma_fence();
+    issue_s(own_begin);
+    sm90::wgmma_wait<0>();
+    sm90::fence_operands(s);
+    softmax(own_begin, p_now);  // O is zero: nothing to rescale
+    for (int j = own_begin + 1; j < own_end; ++j) {
+      wait_full(j);
+      sm90::fence_async_shared();
+      sm90::wgmma_fence();
+      issue_s(j);
+      issue_pv(p_now, j - 1);
+      sm90::wgmma_wait<1>();  // S of block j; P V of block j - 1 still runs
+      sm90::fence_operands(s);
+      softmax(j, p_next);
+      sm90::wgmma_wait<0>();
+      sm90::fence_operands(o);
+      sm90::fence_operands(p_now);
+      release(j - 1);
+#pragma unroll
+      for (int i = 0; i < D / 2; ++i) o[i] *= row_scale[i % 4 / 2];
+#pragma unroll
+      for (int kk = 0; kk < kKeys / 16; ++kk) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) p_now[kk][e] = p_next[kk][e];
+      }
     }
     sm90::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk) {
-      sm90::Wgmma<T, D>::rs_mn(o, a[kk], sm90::descriptor(v_tile + kk * 16 * 128, kKeys * 128, 1024), 1);
-    }
-    sm90::wgmma_commit();
-    sm90::wgmma_wait_all();
+    issue_pv(p_now, own_end - 1);
+    sm90::wgmma_wait<0>();
+    sm90::fence_operands(o);
+    sm90::fence_operands(p_now);
+    release(own_end - 1);
   }
+  for (int j = own_end; j < blocks; ++j) wait_full(j), release(j);
 
-  // out = O / l, staged row-major over the K buffers so that the stores are whole rows.
+  // out = O / l, staged row-major over the stages (every consumer is past its last read of
+  // them, and every copy has landed) so that the stores are whole rows.
   float inverse[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -174,21 +254,22 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_sm90_kernel(const KernelPa
     row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
     inverse[h] = row_sum[h] > 0.0f ? 1.0f / row_sum[h] : 0.0f;
   }
-  __syncthreads();  // every warp is done with K and V (its wgmmas have completed)
-  T* staged = reinterpret_cast<T*>(k_tiles);
+  constexpr int kConsumersBarrier = 1;  // a named barrier of the consumer threads (0 is __syncthreads)
+  asm volatile("bar.sync %0, %1;\n" ::"n"(kConsumersBarrier), "n"(kConsumerThreads) : "memory");
+  T* staged = reinterpret_cast<T*>(stages);
   constexpr int kPitch = Layout::kStagedPitch;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {
-      *reinterpret_cast<uint32_t*>(staged + (16 * warp + group + 8 * h) * kPitch + 8 * j + 2 * quad) =
+      *reinterpret_cast<uint32_t*>(staged + (first_row + 8 * h) * kPitch + 8 * j + 2 * quad) =
           pack2<T>(o[4 * j + 2 * h] * inverse[h], o[4 * j + 2 * h + 1] * inverse[h]);
     }
   }
-  __syncthreads();
-  store_rows<T, D, kThreads>(p, w, staged, kPitch);
+  asm volatile("bar.sync %0, %1;\n" ::"n"(kConsumersBarrier), "n"(kConsumerThreads) : "memory");
+  store_rows<T, D, kConsumerThreads>(p, w, staged, kPitch);
   if (quad == 0) {
-    for (int h = 0; h < 2; ++h) store_lse(p, w, 16 * warp + group + 8 * h, row_max[h], row_sum[h]);
+    for (int h = 0; h < 2; ++h) store_lse(p, w, first_row + 8 * h, row_max[h], row_sum[h]);
   }
 #else
   __trap();  // built for another architecture: the host launches this kernel on sm90a only

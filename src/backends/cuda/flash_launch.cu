@@ -64,32 +64,32 @@ cudaError_t dispatch_head_dim(const KernelParams& kp, int head_dim_pad, dim3 gri
   return cudaErrorInvalidValue;  // no kernel for this head dim (the host checked the list)
 }
 
-// The sm90a kernel, if asked (VISATTN_CUDA_SM90=1: its first version is correct but slower
-// than the sm80 kernel, bench/NOTES.md CUDA entry 10), where it was built, the GPU is compute
-// capability 9.0 (sm90a code runs on nothing else), it has the head dim and tiles move in
-// 16-byte copies.
-bool sm90_chosen(const KernelParams& params, int head_dim_pad) {
+}  // namespace
+
+// The sm90a kernel only if asked (VISATTN_CUDA_SM90=1) while it is not yet faster everywhere
+// (bench/NOTES.md CUDA entries 10-11); sm90a code runs on compute capability 9.0 only.
+Kernel kernel_for(bool vector_io, int head_dim_pad, int device) {
 #if VISATTN_WITH_SM90A
   static const bool asked = env_is("VISATTN_CUDA_SM90", "1");
-  if (!asked || !params.vector_io || !sm90_kernel_runs(head_dim_pad)) return false;
-  int device = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+  if (!asked || !vector_io || !sm90_kernel_runs(head_dim_pad)) return Kernel::sm80;
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
-    return false;
+    return Kernel::sm80;
   }
-  return major == 9 && minor == 0;
+  return major == 9 && minor == 0 ? Kernel::sm90 : Kernel::sm80;
 #else
-  (void)params, (void)head_dim_pad;
-  return false;
+  (void)vector_io, (void)head_dim_pad, (void)device;
+  return Kernel::sm80;
 #endif
 }
 
-}  // namespace
-
-cudaError_t launch_flash_forward(const KernelParams& params, bool bf16, int head_dim_pad,
+cudaError_t launch_flash_forward(Kernel kernel, const KernelParams& params, bool bf16, int head_dim_pad,
                                  dim3 grid, cudaStream_t stream) {
-  if (sm90_chosen(params, head_dim_pad)) return launch_flash_forward_sm90(params, bf16, head_dim_pad, grid, stream);
+#if VISATTN_WITH_SM90A
+  if (kernel == Kernel::sm90) return launch_flash_forward_sm90(params, bf16, head_dim_pad, grid, stream);
+#endif
+  if (kernel != Kernel::sm80) return cudaErrorInvalidValue;
   return bf16 ? dispatch_head_dim<__nv_bfloat16>(params, head_dim_pad, grid, stream)
               : dispatch_head_dim<__half>(params, head_dim_pad, grid, stream);
 }

@@ -42,12 +42,21 @@ struct KernelParams {
   bool vector_io;
 };
 
-// Query rows of every tile of the kernel (one tile schedule serves every head dim).
+// Query rows per tile: the sm80 kernel's (one schedule serves every head dim) and the sm90
+// kernel's (two consumer warpgroups of 64 rows share each K and V tile).
 constexpr int kTileRows = 64;
+constexpr int kWideTileRows = 128;
 
-// Launches the forward kernel for bf16 (else f16) inputs at a padded head dim of 32, 64, 80,
-// 96, 128 or 256; returns the launch status.
-cudaError_t launch_flash_forward(const KernelParams& params, bool bf16, int head_dim_pad,
+// The forward kernels; each reads the schedule of its tile rows.
+enum class Kernel { sm80, sm90 };
+
+// The kernel a call runs: sm90 where it was built, asked for (VISATTN_CUDA_SM90=1), the GPU
+// is compute capability 9.0, it has the padded head dim and tiles move in 16-byte copies.
+Kernel kernel_for(bool vector_io, int head_dim_pad, int device);
+
+// Launches `kernel` for bf16 (else f16) inputs at a padded head dim of 32, 64, 80, 96, 128 or
+// 256 (sm90: 64-128); `params` carries that kernel's schedule; returns the launch status.
+cudaError_t launch_flash_forward(Kernel kernel, const KernelParams& params, bool bf16, int head_dim_pad,
                                  dim3 grid, cudaStream_t stream);
 
 }  // namespace visattn::cuda

@@ -24,7 +24,28 @@ __device__ inline uint64_t descriptor(const void* smem, uint32_t lbo, uint32_t s
 __device__ inline void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 __device__ inline void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ inline void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ inline void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Waits until at most N of this warpgroup's committed groups are still running.
+template <int N>
+__device__ inline void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+// Pins registers a wgmma reads or writes asynchronously to this point of the program: the
+// compiler may neither move their other uses across it nor reuse them before it (after a
+// wait: the results are read after it; after an issue: the A operand lives until the wait).
+template <int N>
+__device__ inline void fence_operands(float (&registers)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(registers[i])::"memory");
+}
+template <int N>
+__device__ inline void fence_operands(uint32_t (&fragments)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(fragments[i][j])::"memory");
+  }
+}
 
 // Wgmma<T, N>: rs_mn for the P·V shapes (N = the padded head dim); ss for Q·Kᵀ (N = 64 keys).
 template <typename T, int N>
