@@ -1,6 +1,6 @@
 // The forward kernel on Hopper (sm90a): the sm80 kernel's masking and online softmax with the
 // products on warpgroup MMAs, over the 128-row tile schedule. A block is one (tile, head):
-//   - a producer warp copies Q (once) and K/V blocks of 64 keys (cp.async, 16-byte chunks
+//   - a producer warpgroup copies Q (once) and K/V blocks of 64 keys (cp.async, 16-byte chunks
 //     straight into the 128-byte-swizzled layout wgmma reads) into a ring of stages; each
 //     stage's "full" barrier completes when its copies land, its "empty" barrier when both
 //     consumers are done with it;
@@ -15,6 +15,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <string_view>
 
 #include "backends/cuda/block_work.cuh"
 #include "backends/cuda/flash_params.h"
@@ -31,24 +34,34 @@ constexpr int kRows = kWideTileRows;  // query rows per block
 constexpr int kGroupRows = 64;        // per consumer warpgroup: 4 warps x 16
 constexpr int kConsumers = kRows / kGroupRows;
 constexpr int kConsumerThreads = 128 * kConsumers;
-constexpr int kThreads = kConsumerThreads + 32;  // and the producer warp
-constexpr int kKeys = 64;                        // keys per stage: S is m64n64 per warpgroup
-constexpr int kStages = 4;
+constexpr int kProducerThreads = 128;            // a warpgroup: sm90 allocates registers by warpgroup
+constexpr int kThreads = kConsumerThreads + kProducerThreads;
+// Registers per thread: what ptxas may give each of the 384 threads (65536 / 384, rounded
+// down to 8), then moved from the producers, which need few, to the consumers (setmaxnreg).
+constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
+static_assert(kProducerThreads * kProducerRegisters + kConsumerThreads * kConsumerRegisters <= 65536,
+              "the registers fit the SM");
+constexpr int kMaxShared = 227 * 1024;           // per block on sm90
 
-// Shared memory of head dim D (padded): each warpgroup's Q, then the stages (K, then V), each
-// a tile of 128-byte rows (64 elements) per 64-column atom of the head dim; then the barriers.
-template <int D>
+// Shared memory of head dim D (padded) and key blocks of kKeys (S is m64 x kKeys per
+// warpgroup): each warpgroup's Q, then the stages (K, then V), each a tile of 128-byte rows (64
+// elements) per 64-column atom of the head dim; then the barriers. As many stages as fit, up
+// to 4.
+template <int D, int kKeys>
 struct Tiles {
   static constexpr int kAtoms = (D + 63) / 64;
   static constexpr int kGroupQBytes = kAtoms * kGroupRows * 128;
   static constexpr int kKVBytes = kAtoms * kKeys * 128;
   static constexpr int kStageBytes = 2 * kKVBytes;
   static constexpr int kStagesOffset = kConsumers * kGroupQBytes;
+  static constexpr int kStages = (kMaxShared - kStagesOffset - 128) / kStageBytes < 4
+                                     ? (kMaxShared - kStagesOffset - 128) / kStageBytes
+                                     : 4;
   static constexpr int kBarriersOffset = kStagesOffset + kStages * kStageBytes;
   static constexpr int kBytes = kBarriersOffset + (1 + 2 * kStages) * 8;
   static constexpr int kStagedPitch = D + 8;  // the output, staged row-major over the stages
   static_assert(kRows * kStagedPitch * 2 <= kStages * kStageBytes, "the staged output fits the stages");
-  static_assert(kBytes <= 227 * 1024, "the tiles fit an H100's shared memory");
+  static_assert(kStages >= 2 && kBytes <= kMaxShared, "the tiles fit an H100's shared memory");
 };
 
 // Byte offset of 16-byte chunk c (columns 8c..8c+7) of row r in a swizzled tile of `rows` rows.
@@ -57,25 +70,26 @@ __device__ inline int chunk_offset(int r, int c, int rows) {
 }
 
 // Rows [0, kHeight) of a tile from a [tokens, heads, head_dim] tensor from token `first` into the
-// swizzled layout, copied by the producer warp's lanes; rows >= valid and columns >= head_dim
-// are zeros (cp.async zero-fill).
+// swizzled layout, copied by the producer threads; rows >= valid and columns >= head_dim are
+// zeros (cp.async zero-fill).
 template <typename T, int D, int kHeight>
 __device__ inline void load_swizzled(unsigned char* tile, const T* base, int64_t first, int valid,
-                                     int64_t token_stride, int64_t head_offset, int head_dim, int lane) {
+                                     int64_t token_stride, int64_t head_offset, int head_dim, int thread) {
   constexpr int kChunks = D / 8, kTotal = kHeight * kChunks;
   const T* rows = base + first * token_stride + head_offset;
-#pragma unroll 4
-  for (int i = lane; i < kTotal; i += 32) {
+#pragma unroll 1
+  for (int i = thread; i < kTotal; i += kProducerThreads) {
     const int r = i / kChunks, c = i % kChunks;
     const bool inside = r < valid && c * 8 < head_dim;
     cp_async_16(tile + chunk_offset(r, c, kHeight), inside ? rows + r * token_stride + c * 8 : base, inside ? 16 : 0);
   }
 }
 
-template <typename T, int D>
+template <typename T, int D, int kKeys>
 __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const KernelParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Layout = Tiles<D>;
+  using Layout = Tiles<D, kKeys>;
+  constexpr int kStages = Layout::kStages, kScores = kKeys / 2;  // S registers per thread
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ __align__(1024) unsigned char shared[];
   unsigned char* stages = shared + Layout::kStagesOffset;
@@ -86,23 +100,24 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
   BlockWork w;
   if (!block_work(p, kRows, w)) return;
   if (threadIdx.x == 0) {
-    mbarrier::init(q_full, 32);
+    mbarrier::init(q_full, kProducerThreads);
     for (int s = 0; s < kStages; ++s) {
-      mbarrier::init(&full[s], 32);                // the producer's lanes, as their copies land
+      mbarrier::init(&full[s], kProducerThreads);  // each producer thread, as its copies land
       mbarrier::init(&empty[s], 4 * kConsumers);  // every consumer warp
     }
   }
   __syncthreads();
   const int blocks = (w.key_end - w.key_begin + kKeys - 1) / kKeys;  // key blocks of the tile
 
-  if (threadIdx.x >= kConsumerThreads) {  // the producer warp
-    const int lane = threadIdx.x - kConsumerThreads;
+  if (threadIdx.x >= kConsumerThreads) {  // the producer warpgroup
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters));
+    const int thread = threadIdx.x - kConsumerThreads;
     const T* k = static_cast<const T*>(p.k);
     const T* v = static_cast<const T*>(p.v);
     for (int g = 0; g < kConsumers; ++g) {
       load_swizzled<T, D, kGroupRows>(shared + g * Layout::kGroupQBytes, static_cast<const T*>(p.q),
                                       w.q_begin + g * kGroupRows, min(kGroupRows, max(0, w.rows - g * kGroupRows)),
-                                      p.q_token_stride, w.head * p.q_head_stride, p.head_dim, lane);
+                                      p.q_token_stride, w.head * p.q_head_stride, p.head_dim, thread);
     }
     mbarrier::arrive_on_copies(q_full);
     for (int j = 0; j < blocks; ++j) {
@@ -110,9 +125,9 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
       if (j >= kStages) mbarrier::wait(&empty[stage], (j / kStages - 1) & 1);  // its last round was read
       unsigned char* k_tile = stages + stage * Layout::kStageBytes;
       load_swizzled<T, D, kKeys>(k_tile, k, kb, valid, p.k_token_stride, w.kv_head * p.k_head_stride, p.head_dim,
-                                 lane);
+                                 thread);
       load_swizzled<T, D, kKeys>(k_tile + Layout::kKVBytes, v, kb, valid, p.v_token_stride,
-                                 w.kv_head * p.v_head_stride, p.head_dim, lane);
+                                 w.kv_head * p.v_head_stride, p.head_dim, thread);
       mbarrier::arrive_on_copies(&full[stage]);
     }
     cp_async_wait_all();
@@ -120,6 +135,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
   }
 
   // A consumer: warpgroup `group` owns rows [64 group, 64 group + 64) of the tile.
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters));
   const int group = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int quad = lane % 4, first_row = group * kGroupRows + 16 * warp + lane / 4;
   const unsigned char* q_tile = shared + group * Layout::kGroupQBytes;
@@ -151,10 +167,10 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
   float o[D / 2];  // register 4 j + e: row slot e / 2, column 8 j + 2 quad + e % 2
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
-  float s[32];  // register 4 n + e: row slot e / 2, key kb + 8 n + 2 quad + e % 2
+  float s[kScores];  // register 4 n + e: row slot e / 2, key kb + 8 n + 2 quad + e % 2
 #pragma unroll
-  for (int i = 0; i < 32; ++i) s[i] = 0.0f;
-  uint32_t p_now[kKeys / 16][4], p_next[kKeys / 16][4];  // P as k16 A fragments (P V's A)
+  for (int i = 0; i < kScores; ++i) s[i] = 0.0f;
+  uint32_t p_now[kKeys / 16][4];  // P as k16 A fragments (P V's A)
   float row_scale[2];
 
   // S = Q Kᵀ of key block j (not waited for). The first k-step overwrites s.
@@ -163,7 +179,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const int atom = kk / 4, inside = kk % 4 * 32;  // 64-column atom, bytes into its 128-byte rows
-      sm90::Wgmma<T, 64>::ss(s, sm90::descriptor(q_tile + atom * kGroupRows * 128 + inside, 16, 1024),
+      sm90::Wgmma<T, kKeys>::ss(s, sm90::descriptor(q_tile + atom * kGroupRows * 128 + inside, 16, 1024),
                              sm90::descriptor(k_j + atom * kKeys * 128 + inside, 16, 1024), kk > 0);
     }
     sm90::wgmma_commit();
@@ -177,31 +193,33 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
     }
     sm90::wgmma_commit();
   };
-  // Masks and exponentiates S of key block j into the A fragments `a`; row_scale: how much
-  // O must shrink before this block's P V adds to it (the sum has shrunk already).
-  auto softmax = [&](int j, uint32_t (&a)[kKeys / 16][4]) {
+  // Masks and exponentiates S of key block j in place; row_scale: how much O must shrink before
+  // this block's P V adds to it (the sum has shrunk already).
+  auto softmax = [&](int j) {
     const int kb = w.key_begin + j * kKeys;
     const bool masked = w.packed || windowed || kb + kKeys > w.key_end;
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {
+    for (int i = 0; i < kScores; ++i) {
       const int h = i % 4 / 2, key = kb + 8 * (i / 4) + 2 * quad + i % 2;
       s[i] = masked && (key < key_min[h] || key >= key_max[h]) ? -INFINITY : s[i] * p.scale_log2;
     }
     float block_max[2] = {-INFINITY, -INFINITY}, row_base[2];
 #pragma unroll
-    for (int i = 0; i < 32; ++i) block_max[i % 4 / 2] = fmaxf(block_max[i % 4 / 2], s[i]);
+    for (int i = 0; i < kScores; ++i) block_max[i % 4 / 2] = fmaxf(block_max[i % 4 / 2], s[i]);
 #pragma unroll
     for (int h = 0; h < 2; ++h) fold_block_max(block_max[h], row_max[h], row_sum[h], row_base[h], row_scale[h]);
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {
+    for (int i = 0; i < kScores; ++i) {
       s[i] = exp2_fast(s[i] - row_base[i % 4 / 2]);
       row_sum[i % 4 / 2] += s[i];
     }
-    // Two n-blocks of S are one k16 A fragment.
+  };
+  // P (the exponentiated S) into P V's A fragments: two n-blocks of S are one k16 fragment.
+  auto pack_p = [&] {
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) a[kk][e] = pack2<T>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
+      for (int e = 0; e < 4; ++e) p_now[kk][e] = pack2<T>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
     }
   };
 
@@ -214,7 +232,8 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
     issue_s(own_begin);
     sm90::wgmma_wait<0>();
     sm90::fence_operands(s);
-    softmax(own_begin, p_now);  // O is zero: nothing to rescale
+    softmax(own_begin);  // O is zero: nothing to rescale
+    pack_p();
     for (int j = own_begin + 1; j < own_end; ++j) {
       wait_full(j);
       sm90::fence_async_shared();
@@ -223,18 +242,14 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
       issue_pv(p_now, j - 1);
       sm90::wgmma_wait<1>();  // S of block j; P V of block j - 1 still runs
       sm90::fence_operands(s);
-      softmax(j, p_next);
+      softmax(j);
       sm90::wgmma_wait<0>();
       sm90::fence_operands(o);
       sm90::fence_operands(p_now);
       release(j - 1);
 #pragma unroll
       for (int i = 0; i < D / 2; ++i) o[i] *= row_scale[i % 4 / 2];
-#pragma unroll
-      for (int kk = 0; kk < kKeys / 16; ++kk) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) p_now[kk][e] = p_next[kk][e];
-      }
+      pack_p();
     }
     sm90::wgmma_fence();
     issue_pv(p_now, own_end - 1);
@@ -276,14 +291,24 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
 #endif
 }
 
+template <typename T, int D, int kKeys>
+cudaError_t launch_keys(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
+  auto kernel = flash_fwd_sm90_kernel<T, D, kKeys>;
+  constexpr int kBytes = Tiles<D, kKeys>::kBytes;
+  const cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+  if (status != cudaSuccess) return status;
+  kernel<<<grid, kThreads, kBytes, stream>>>(kp);
+  return cudaGetLastError();
+}
+
+// Key blocks of 64, or of 128 if asked (experiment: VISATTN_CUDA_SM90_KEYS=128).
 template <typename T, int D>
 cudaError_t launch(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
-  auto kernel = flash_fwd_sm90_kernel<T, D>;
-  const cudaError_t status =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tiles<D>::kBytes);
-  if (status != cudaSuccess) return status;
-  kernel<<<grid, kThreads, Tiles<D>::kBytes, stream>>>(kp);
-  return cudaGetLastError();
+  static const bool keys128 = [] {
+    const char* set = std::getenv("VISATTN_CUDA_SM90_KEYS");
+    return set && std::string_view(set) == "128";
+  }();
+  return keys128 ? launch_keys<T, D, 128>(kp, grid, stream) : launch_keys<T, D, 64>(kp, grid, stream);
 }
 
 template <typename T>
