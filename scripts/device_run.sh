@@ -7,8 +7,9 @@
 # pytest (kernel iterations); SKIP_CPU_BENCH=1; SKIP_GPU_BENCH=1 (attention; the layer bench runs);
 # SKIP_SANITIZER=1; PROFILE=workload[,..] adds an Nsight Compute
 # report of one cuda kernel launch per workload (ncu.txt); BENCH_ARGS go to bench/gpu_bench.py;
-# VARIANTS (below) benches kernel variants picked by environment variables; CROSSOVER=1 benches
-# cuda against cudnn by image length.
+# VARIANTS (below) benches kernel variants picked by environment variables; VARIANTS_ONLY=1 skips
+# every check and bench but those (kernel experiments); CROSSOVER=1 benches cuda against cudnn
+# by image length.
 set -uo pipefail
 OUT=${OUT:-/tmp/visattn-out}
 LOGS=$OUT/logs  # tarred at the end: the device returns at most 8 files
@@ -42,6 +43,12 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DVISATTN_CUDA_ARCHITECT
   cmake --build build -j "$(nproc)" >> "$LOGS/build.log" 2>&1 || { tail -30 "$LOGS/build.log"; exit 1; }
 build/visattn info | tee -a "$OUT/summary.txt"
 
+python_install() {
+  python3 -m pip install -q --no-build-isolation --no-deps \
+    --config-settings=cmake.define.VISATTN_CUDA_ARCHITECTURES="$ARCHS" . > "$LOGS/pip.log" 2>&1 || tail -20 "$LOGS/pip.log"
+}
+
+if [ -z "${VARIANTS_ONLY:-}" ]; then
 if [ -z "${QUICK:-}" ]; then
 log "ctest"
 (cd build && ctest -j "$(nproc)" --output-on-failure > "$LOGS/ctest.log" 2>&1); tail -3 "$LOGS/ctest.log" | tee -a "$OUT/summary.txt"
@@ -84,8 +91,7 @@ compute-sanitizer --tool memcheck --error-exitcode 9 build/tests/visattn_tests -
 fi
 
 log "python"
-python3 -m pip install -q --no-build-isolation --no-deps \
-  --config-settings=cmake.define.VISATTN_CUDA_ARCHITECTURES="$ARCHS" . > "$LOGS/pip.log" 2>&1 || tail -20 "$LOGS/pip.log"
+python_install
 # -s: the layer tests print their errors beside transformers' (issue 7's comparisons).
 [ -n "${QUICK:-}" ] || { python3 -m pytest -q -s python/tests > "$LOGS/pytest.log" 2>&1;
   grep -E "visattn error" "$LOGS/pytest.log" | head -12 | tee -a "$OUT/summary.txt"; tail -3 "$LOGS/pytest.log" | tee -a "$OUT/summary.txt"; }
@@ -99,6 +105,10 @@ fi
 log "layer bench (VisionAttentionLayer against the same layer in eager PyTorch, bf16, one process)"
 PYTHONUNBUFFERED=1 python3 bench/layer_bench.py --workloads bench/public_workloads.json --json "$OUT/bench_layer.json" \
   2> "$LOGS/layer_bench_err.log" | tee "$OUT/layer_bench.txt"; tail -5 "$LOGS/layer_bench_err.log"
+else
+  log "python (variants only)"
+  python_install
+fi
 
 # VARIANTS="name:VAR=value[,VAR=value] ...": kernel variants picked by environment variables,
 # each checked (100 cases) and benched into bench_<name>.json (backends VARIANT_BACKENDS,

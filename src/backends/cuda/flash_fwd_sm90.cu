@@ -71,17 +71,24 @@ __device__ inline int chunk_offset(int r, int c, int rows) {
 
 // Rows [0, kHeight) of a tile from a [tokens, heads, head_dim] tensor from token `first` into the
 // swizzled layout, copied by the producer threads; rows >= valid and columns >= head_dim are
-// zeros (cp.async zero-fill).
+// zeros (cp.async zero-fill). Thread t copies column chunk t % (D / 8) of rows t / (D / 8) + 8 i:
+// its rows' swizzle (row % 8) is the same in every pass, so each copy is a pointer step and an
+// immediate shared-memory offset (threads past 8 rows' chunks copy nothing).
 template <typename T, int D, int kHeight>
 __device__ inline void load_swizzled(unsigned char* tile, const T* base, int64_t first, int valid,
                                      int64_t token_stride, int64_t head_offset, int head_dim, int thread) {
-  constexpr int kChunks = D / 8, kTotal = kHeight * kChunks;
-  const T* rows = base + first * token_stride + head_offset;
-#pragma unroll 1
-  for (int i = thread; i < kTotal; i += kProducerThreads) {
-    const int r = i / kChunks, c = i % kChunks;
-    const bool inside = r < valid && c * 8 < head_dim;
-    cp_async_16(tile + chunk_offset(r, c, kHeight), inside ? rows + r * token_stride + c * 8 : base, inside ? 16 : 0);
+  constexpr int kChunks = D / 8;
+  static_assert(8 * kChunks <= kProducerThreads && kHeight % 8 == 0, "one pass covers 8 rows");
+  if (thread >= 8 * kChunks) return;
+  const int c = thread % kChunks, r0 = thread / kChunks;
+  const int rows = c * 8 < head_dim ? valid - r0 : 0;  // this thread's rows to copy, 8 apart
+  const T* source = base + (first + r0) * token_stride + head_offset + c * 8;
+  const int64_t step = 8 * token_stride;
+  unsigned char* target = tile + chunk_offset(r0, c, kHeight);
+#pragma unroll
+  for (int i = 0; i < kHeight / 8; ++i, source += step) {
+    const bool inside = 8 * i < rows;
+    cp_async_16(target + i * 8 * 128, inside ? source : base, inside ? 16 : 0);
   }
 }
 
@@ -158,7 +165,6 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
     __syncwarp();
     if (lane == 0) mbarrier::arrive(&empty[j % kStages]);
   };
-  auto k_tile = [&](int j) { return stages + j % kStages * Layout::kStageBytes; };
 
   const bool windowed = p.window_left >= 0 || p.window_right >= 0;
   const float sink = p.sinks ? p.sinks[w.head * p.sinks_stride] * kLog2e : -INFINITY;
@@ -174,34 +180,42 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
   float row_scale[2];
 
   // S = Q Kᵀ of key block j (not waited for). The first k-step overwrites s.
+  // Descriptors of Q and of stage 0's K and V, made once: a tile `b` bytes further is the
+  // descriptor plus b / 16 (its address field), so the wgmma loops add constants.
+  const uint64_t q_desc = sm90::descriptor(q_tile, 16, 1024);
+  const uint64_t k_desc = sm90::descriptor(stages, 16, 1024);
+  const uint64_t v_desc = sm90::descriptor(stages + Layout::kKVBytes, kKeys * 128, 1024);
+  auto stage_step = [](int j) { return uint64_t(j % kStages * (Layout::kStageBytes / 16)); };
   auto issue_s = [&](int j) {
-    const unsigned char* k_j = k_tile(j);
+    const uint64_t k_j = k_desc + stage_step(j);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const int atom = kk / 4, inside = kk % 4 * 32;  // 64-column atom, bytes into its 128-byte rows
-      sm90::Wgmma<T, kKeys>::ss(s, sm90::descriptor(q_tile + atom * kGroupRows * 128 + inside, 16, 1024),
-                             sm90::descriptor(k_j + atom * kKeys * 128 + inside, 16, 1024), kk > 0);
+      sm90::Wgmma<T, kKeys>::ss(s, q_desc + (atom * kGroupRows * 128 + inside) / 16,
+                                k_j + (atom * kKeys * 128 + inside) / 16, kk > 0);
     }
     sm90::wgmma_commit();
   };
   // O += P V of key block j (not waited for).
   auto issue_pv = [&](const uint32_t (&a)[kKeys / 16][4], int j) {
-    const unsigned char* v_j = k_tile(j) + Layout::kKVBytes;
+    const uint64_t v_j = v_desc + stage_step(j);
 #pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk) {
-      sm90::Wgmma<T, D>::rs_mn(o, a[kk], sm90::descriptor(v_j + kk * 16 * 128, kKeys * 128, 1024), 1);
-    }
+    for (int kk = 0; kk < kKeys / 16; ++kk) sm90::Wgmma<T, D>::rs_mn(o, a[kk], v_j + kk * 16 * 128 / 16, 1);
     sm90::wgmma_commit();
   };
   // Masks and exponentiates S of key block j in place; row_scale: how much O must shrink before
   // this block's P V adds to it (the sum has shrunk already).
   auto softmax = [&](int j) {
     const int kb = w.key_begin + j * kKeys;
-    const bool masked = w.packed || windowed || kb + kKeys > w.key_end;
+    if (w.packed || windowed || kb + kKeys > w.key_end) {  // the same for the whole block
 #pragma unroll
-    for (int i = 0; i < kScores; ++i) {
-      const int h = i % 4 / 2, key = kb + 8 * (i / 4) + 2 * quad + i % 2;
-      s[i] = masked && (key < key_min[h] || key >= key_max[h]) ? -INFINITY : s[i] * p.scale_log2;
+      for (int i = 0; i < kScores; ++i) {
+        const int h = i % 4 / 2, key = kb + 8 * (i / 4) + 2 * quad + i % 2;
+        s[i] = (key < key_min[h]) | (key >= key_max[h]) ? -INFINITY : s[i] * p.scale_log2;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kScores; ++i) s[i] *= p.scale_log2;
     }
     float block_max[2] = {-INFINITY, -INFINITY}, row_base[2];
 #pragma unroll
@@ -247,8 +261,11 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
       sm90::fence_operands(o);
       sm90::fence_operands(p_now);
       release(j - 1);
+      // Once a row's maximum has settled, its scale is exactly 1: most blocks skip this.
+      if (__any_sync(0xffffffffu, row_scale[0] != 1.0f || row_scale[1] != 1.0f)) {
 #pragma unroll
-      for (int i = 0; i < D / 2; ++i) o[i] *= row_scale[i % 4 / 2];
+        for (int i = 0; i < D / 2; ++i) o[i] *= row_scale[i % 4 / 2];
+      }
       pack_p();
     }
     sm90::wgmma_fence();
