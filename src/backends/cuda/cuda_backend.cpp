@@ -269,10 +269,10 @@ std::string unavailable_reason() {
 std::string describe() {
   return concat("mma.sync tensor-core tiles (sm80+)",
 #if VISATTN_WITH_SM90A
-                "; wgmma tiles on sm90 with VISATTN_CUDA_SM90=1 (experimental: 128-row tiles, head dims 64-128, "
-                "16-byte aligned tensors)",
+                "; on sm90 warp-specialized wgmma tiles of 128 rows (head dims 64-128, 16-byte aligned tensors, "
+                "an image longer than 128 tokens; VISATTN_CUDA_SM90=0 turns them off)",
 #endif
-                ", 64-row tiles heaviest first, short images packed; head_dim rounded up to 32/64/80/96/128/256");
+                "; tiles heaviest first, short images packed; head_dim rounded up to 32/64/80/96/128/256");
 }
 
 void run(const AttentionParams& p) {
@@ -307,7 +307,11 @@ void run(const AttentionParams& p) {
   kp.cu_seqlens = reinterpret_cast<const int32_t*>(buffer + prepared->layout.cu_offset);
   // Each kernel walks the schedule of its tile rows (see Layout).
   kp.vector_io = vector_io(p);
-  const Kernel kernel = kernel_for(kp.vector_io, *padded, device);
+  int64_t max_seqlen = 0;
+  for (int64_t i = 0; i < p.num_images; ++i) {
+    max_seqlen = std::max<int64_t>(max_seqlen, p.cu_seqlens[i + 1] - p.cu_seqlens[i]);
+  }
+  const Kernel kernel = kernel_for(kp.vector_io, *padded, device, max_seqlen);
   const bool wide = kernel == Kernel::sm90;
   kp.schedule = reinterpret_cast<const Tile*>(
       buffer + (wide ? prepared->layout.wide_schedule_offset : prepared->layout.schedule_offset));

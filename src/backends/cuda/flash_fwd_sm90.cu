@@ -1,17 +1,19 @@
 // The forward kernel on Hopper (sm90a): the sm80 kernel's masking and online softmax with the
 // products on warpgroup MMAs, over the 128-row tile schedule. A block is one (tile, head):
-//   - a producer warpgroup copies Q (once) and K/V blocks of 64 keys (cp.async, 16-byte chunks
-//     straight into the 128-byte-swizzled layout wgmma reads) into a ring of stages; each
+//   - a producer warpgroup (setmaxnreg: few registers) copies Q (once) and K/V blocks of 128
+//     keys (cp.async, 16-byte chunks straight into the 128-byte-swizzled layout wgmma reads)
+//     into a ring of stages; each
 //     stage's "full" barrier completes when its copies land, its "empty" barrier when both
 //     consumers are done with it;
 //   - two consumer warpgroups own 64 query rows each and share every K/V stage. Each issues
-//     S = Q Kᵀ of key block j (m64n64k16 wgmmas, Q and K in shared memory) and then O += P V of
+//     S = Q Kᵀ of key block j (m64n128k16 wgmmas, Q and K in shared memory) and then O += P V of
 //     block j - 1 (m64nDk16, P from registers, V in shared memory, MN-major) before it waits
 //     for S alone: the softmax of block j runs while the tensor cores work on P V.
 //   - Warpgroups whose rows see none of a key block (packed images, windows) let it pass.
-// Compiled for sm_90a only (its own object library in CMakeLists.txt); VISATTN_CUDA_SM90=1 runs
-// it on compute capability 9.0 for head dims padded to 64, 80, 96 and 128 when the tensors
-// allow 16-byte copies (bench/NOTES.md CUDA entries 10-11).
+// Compiled for sm_90a only (its own object library in CMakeLists.txt); the host runs it on
+// compute capability 9.0 for head dims padded to 64, 80, 96 and 128 when the tensors allow
+// 16-byte copies and some image is longer than a tile (kernel_for; bench/NOTES.md CUDA
+// entries 10-11).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -318,14 +320,15 @@ cudaError_t launch_keys(const KernelParams& kp, dim3 grid, cudaStream_t stream) 
   return cudaGetLastError();
 }
 
-// Key blocks of 64, or of 128 if asked (experiment: VISATTN_CUDA_SM90_KEYS=128).
+// Key blocks of 128 (faster on every workload but 64-token windows, which run the sm80
+// kernel), or of 64 if asked (experiment: VISATTN_CUDA_SM90_KEYS=64).
 template <typename T, int D>
 cudaError_t launch(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
-  static const bool keys128 = [] {
+  static const bool keys64 = [] {
     const char* set = std::getenv("VISATTN_CUDA_SM90_KEYS");
-    return set && std::string_view(set) == "128";
+    return set && std::string_view(set) == "64";
   }();
-  return keys128 ? launch_keys<T, D, 128>(kp, grid, stream) : launch_keys<T, D, 64>(kp, grid, stream);
+  return keys64 ? launch_keys<T, D, 64>(kp, grid, stream) : launch_keys<T, D, 128>(kp, grid, stream);
 }
 
 template <typename T>
