@@ -67,7 +67,8 @@ VISATTN_CUDA_SM90=1 timeout 300 build/visattn check --backend cuda --cases 200 -
 echo "rc=$?" >> "$LOGS/check_cuda_sm90.log"; grep -E "FAIL|reproduce" "$LOGS/check_cuda_sm90.log" | head -10; tail -2 "$LOGS/check_cuda_sm90.log" | tee -a "$OUT/summary.txt"
 sm90_object=$(find build -name 'flash_fwd_sm90.cu.o' | head -1)
 [ -n "$sm90_object" ] && cuobjdump -sass "$sm90_object" > "$LOGS/sm90.sass" 2>&1 && \
-  echo "sm90 SASS: $(grep -c HGMMA "$LOGS/sm90.sass") HGMMA, $(grep -c 'WARPGROUP.DEPBAR' "$LOGS/sm90.sass") WARPGROUP.DEPBAR, $(grep -c 'SYNCS' "$LOGS/sm90.sass") SYNCS (mbarrier)" | tee -a "$OUT/summary.txt"
+  echo "sm90 SASS: $(grep -c HGMMA "$LOGS/sm90.sass") HGMMA, $(grep -c 'WARPGROUP.DEPBAR' "$LOGS/sm90.sass") WARPGROUP.DEPBAR, $(grep -c 'SYNCS' "$LOGS/sm90.sass") SYNCS (mbarrier)" | tee -a "$OUT/summary.txt" && \
+  python3 scripts/sass_loops.py "$LOGS/sm90.sass" --kernel bfloat16 --top 4 | tee -a "$OUT/summary.txt"
 
 log "check cudnn (cases it declines are skipped with the reason; every other error fails)"
 build/visattn check --backend cudnn --cases "$([ -n "${QUICK:-}" ] && echo 100 || echo 300)" > "$LOGS/check_cudnn.log" 2>&1; grep -E "FAIL|reproduce" "$LOGS/check_cudnn.log" | head -10; tail -8 "$LOGS/check_cudnn.log" | tee -a "$OUT/summary.txt"
