@@ -61,9 +61,10 @@ build/visattn check --backend cuda --cases "$([ -n "${QUICK:-}" ] && echo 100 ||
 log "check cuda, the sm80 kernel alone (VISATTN_CUDA_SM90=0)"
 VISATTN_CUDA_SM90=0 build/visattn check --backend cuda --cases 200 --seed 5 > "$LOGS/check_cuda_sm80.log" 2>&1; grep -E "FAIL|reproduce" "$LOGS/check_cuda_sm80.log" | head -10; tail -1 "$LOGS/check_cuda_sm80.log" | tee -a "$OUT/summary.txt"
 
-log "check cuda, the sm90 (wgmma) kernel on every batch (VISATTN_CUDA_SM90=1); its SASS (HGMMA: warpgroup MMAs)"
-# A timeout: a wrong barrier phase in a new kernel hangs instead of failing.
-VISATTN_CUDA_SM90=1 timeout 300 build/visattn check --backend cuda --cases 200 --seed 9 > "$LOGS/check_cuda_sm90.log" 2>&1
+log "check cuda, the sm90 (wgmma) kernel on every batch (VISATTN_CUDA_SM90=1) on 7 blocks; its SASS (HGMMA: warpgroup MMAs)"
+# A timeout: a wrong barrier phase in a new kernel hangs instead of failing. Seven blocks: each
+# walks many items of the persistent grid (the full grid runs in the check above).
+VISATTN_CUDA_SM90=1 VISATTN_CUDA_SM90_GRID=7 timeout 300 build/visattn check --backend cuda --cases 200 --seed 9 > "$LOGS/check_cuda_sm90.log" 2>&1
 echo "rc=$?" >> "$LOGS/check_cuda_sm90.log"; grep -E "FAIL|reproduce" "$LOGS/check_cuda_sm90.log" | head -10; tail -2 "$LOGS/check_cuda_sm90.log" | tee -a "$OUT/summary.txt"
 sm90_object=$(find build -name 'flash_fwd_sm90.cu.o' | head -1)
 [ -n "$sm90_object" ] && cuobjdump -sass "$sm90_object" > "$LOGS/sm90.sass" 2>&1 && \

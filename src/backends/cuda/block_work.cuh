@@ -18,13 +18,13 @@ struct BlockWork {
   int key_begin, key_end;     // keys some row of the tile can see
 };
 
-// Block b is in the group of tile b / heads (the group's blocks are consecutive: its tiles x
-// heads); within the group, head-major. False for blocks past the schedule (the grid is sized
-// for the bucket).
-__device__ inline bool block_work(const KernelParams& p, int tile_rows, BlockWork& w) {
-  if (int(blockIdx.x / p.num_heads) >= *p.tile_count) return false;
-  const Tile& in_group = p.schedule[blockIdx.x / p.num_heads];
-  const int local = blockIdx.x - in_group.group_first * p.num_heads;
+// Item b (a block's, or a persistent block's b-th) is in the group of tile b / heads (the
+// group's items are consecutive: its tiles x heads); within the group, head-major. False for
+// items past the schedule (the grid is sized for the bucket).
+__device__ inline bool block_work(const KernelParams& p, int tile_rows, int item, BlockWork& w) {
+  if (item / p.num_heads >= *p.tile_count) return false;
+  const Tile& in_group = p.schedule[item / p.num_heads];
+  const int local = item - in_group.group_first * p.num_heads;
   w.head = local / in_group.group_size;
   w.kv_head = w.head / (p.num_heads / p.num_kv_heads);
   w.item = p.schedule[in_group.group_first + local % in_group.group_size];

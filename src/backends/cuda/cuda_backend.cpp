@@ -278,7 +278,8 @@ std::string describe() {
 void run(const AttentionParams& p) {
   const int device = p.device.index;
   DeviceGuard guard(device);
-  if (const int cc = compute_capability(device); cc < 80) {
+  const int cc = compute_capability(device);
+  if (cc < 80) {
     fail(ErrorCode::unsupported, "backend='cuda': ", device_name(p.device), " is sm", cc,
          "; the kernel needs sm80 or newer");
   }
@@ -307,11 +308,7 @@ void run(const AttentionParams& p) {
   kp.cu_seqlens = reinterpret_cast<const int32_t*>(buffer + prepared->layout.cu_offset);
   // Each kernel walks the schedule of its tile rows (see Layout).
   kp.vector_io = vector_io(p);
-  int64_t max_seqlen = 0;
-  for (int64_t i = 0; i < p.num_images; ++i) {
-    max_seqlen = std::max<int64_t>(max_seqlen, p.cu_seqlens[i + 1] - p.cu_seqlens[i]);
-  }
-  const Kernel kernel = kernel_for(kp.vector_io, *padded, device, max_seqlen);
+  const Kernel kernel = kernel_for(kp.vector_io, *padded, cc, p.max_seqlen);
   const bool wide = kernel == Kernel::sm90;
   kp.schedule = reinterpret_cast<const Tile*>(
       buffer + (wide ? prepared->layout.wide_schedule_offset : prepared->layout.schedule_offset));

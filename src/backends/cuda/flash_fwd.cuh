@@ -104,7 +104,7 @@ __global__ void __launch_bounds__(TileConfig<kHeadDimPad, kMTiles, kStages>::kTh
   T* v_tiles = k_tiles + kStages * BN * kPitch;  // [kStages][BN][kPitch]
 
   BlockWork w;
-  if (!block_work(p, BM, w)) return;
+  if (!block_work(p, BM, blockIdx.x, w)) return;
   const int head = w.head, kv_head = w.kv_head, q_begin = w.q_begin, rows = w.rows;
   const int key_begin = w.key_begin, key_end = w.key_end;
   const bool packed = w.packed;

@@ -1,14 +1,17 @@
 // The forward kernel on Hopper (sm90a): the sm80 kernel's masking and online softmax with the
-// products on warpgroup MMAs, over the 128-row tile schedule. A block is one (tile, head):
-//   - a producer warpgroup (setmaxnreg: few registers) copies Q (once) and K/V blocks of 128
-//     keys (cp.async, 16-byte chunks straight into the 128-byte-swizzled layout wgmma reads)
-//     into a ring of stages; each
-//     stage's "full" barrier completes when its copies land, its "empty" barrier when both
-//     consumers are done with it;
+// products on warpgroup MMAs, over the 128-row tile schedule. A persistent grid: one block per
+// SM takes one item (tile, head) per round of gridDim.x items, in a snake order.
+//   - a producer warpgroup (setmaxnreg: few registers) copies each item's Q and its K/V blocks
+//     of 128 keys (cp.async, 16-byte chunks straight into the 128-byte-swizzled layout wgmma
+//     reads) into a ring of stages; each stage's "full" barrier completes when its copies
+//     land, its "empty" barrier when both consumers are done with it (Q has such a pair too);
 //   - two consumer warpgroups own 64 query rows each and share every K/V stage. Each issues
 //     S = Q Kᵀ of key block j (m64n128k16 wgmmas, Q and K in shared memory) and then O += P V of
 //     block j - 1 (m64nDk16, P from registers, V in shared memory, MN-major) before it waits
-//     for S alone: the softmax of block j runs while the tensor cores work on P V.
+//     for S alone: the softmax of block j runs while the tensor cores work on P V. The two
+//     take turns issuing (ping-pong), so that one's softmax also runs under the other's MMAs;
+//   - the producer loads the next item's Q and K/V while the consumers finish this one, and
+//     the consumers store O straight from registers.
 //   - Warpgroups whose rows see none of a key block (packed images, windows) let it pass.
 // Compiled for sm_90a only (its own object library in CMakeLists.txt); the host runs it on
 // compute capability 9.0 for head dims padded to 64, 80, 96 and 128 when the tensors allow
@@ -18,8 +21,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstdlib>
-#include <string_view>
 
 #include "backends/cuda/block_work.cuh"
 #include "backends/cuda/flash_params.h"
@@ -35,6 +39,9 @@ namespace {
 constexpr int kRows = kWideTileRows;  // query rows per block
 constexpr int kGroupRows = 64;        // per consumer warpgroup: 4 warps x 16
 constexpr int kConsumers = kRows / kGroupRows;
+// Keys per block: 128 was faster than 64 on every workload but 64-token windows, which run the
+// sm80 kernel (bench/NOTES.md CUDA entry 11).
+constexpr int kKeys = 128;
 constexpr int kConsumerThreads = 128 * kConsumers;
 constexpr int kProducerThreads = 128;            // a warpgroup: sm90 allocates registers by warpgroup
 constexpr int kThreads = kConsumerThreads + kProducerThreads;
@@ -49,7 +56,7 @@ constexpr int kMaxShared = 227 * 1024;           // per block on sm90
 // warpgroup): each warpgroup's Q, then the stages (K, then V), each a tile of 128-byte rows (64
 // elements) per 64-column atom of the head dim; then the barriers. As many stages as fit, up
 // to 4.
-template <int D, int kKeys>
+template <int D>
 struct Tiles {
   static constexpr int kAtoms = (D + 63) / 64;
   static constexpr int kGroupQBytes = kAtoms * kGroupRows * 128;
@@ -60,9 +67,7 @@ struct Tiles {
                                      ? (kMaxShared - kStagesOffset - 128) / kStageBytes
                                      : 4;
   static constexpr int kBarriersOffset = kStagesOffset + kStages * kStageBytes;
-  static constexpr int kBytes = kBarriersOffset + (1 + 2 * kStages) * 8;
-  static constexpr int kStagedPitch = D + 8;  // the output, staged row-major over the stages
-  static_assert(kRows * kStagedPitch * 2 <= kStages * kStageBytes, "the staged output fits the stages");
+  static constexpr int kBytes = kBarriersOffset + (2 + 2 * kStages) * 8;
   static_assert(kStages >= 2 && kBytes <= kMaxShared, "the tiles fit an H100's shared memory");
 };
 
@@ -94,119 +99,135 @@ __device__ inline void load_swizzled(unsigned char* tile, const T* base, int64_t
   }
 }
 
-template <typename T, int D, int kKeys>
+template <typename T, int D>
 __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const KernelParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Layout = Tiles<D, kKeys>;
+  using Layout = Tiles<D>;
   constexpr int kStages = Layout::kStages, kScores = kKeys / 2;  // S registers per thread
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ __align__(1024) unsigned char shared[];
   unsigned char* stages = shared + Layout::kStagesOffset;
   uint64_t* q_full = reinterpret_cast<uint64_t*>(shared + Layout::kBarriersOffset);
-  uint64_t* full = q_full + 1;        // [kStages]
+  uint64_t* q_empty = q_full + 1;
+  uint64_t* full = q_full + 2;        // [kStages]
   uint64_t* empty = full + kStages;   // [kStages]
 
   BlockWork w;
-  if (!block_work(p, kRows, w)) return;
+  if (!block_work(p, kRows, blockIdx.x, w)) return;  // the block's first item
   if (threadIdx.x == 0) {
     mbarrier::init(q_full, kProducerThreads);
+    mbarrier::init(q_empty, 4 * kConsumers);
     for (int s = 0; s < kStages; ++s) {
       mbarrier::init(&full[s], kProducerThreads);  // each producer thread, as its copies land
       mbarrier::init(&empty[s], 4 * kConsumers);  // every consumer warp
     }
   }
   __syncthreads();
-  const int blocks = (w.key_end - w.key_begin + kKeys - 1) / kKeys;  // key blocks of the tile
+  // Items of this block: one per round of gridDim.x items, in a snake order
+  // (blockIdx.x of the even rounds, the mirror place of the odd ones) until the schedule ends.
+  // The schedule runs heaviest first, so a block with a heavy item in one round gets a light
+  // one in the next. Key blocks are counted across items (n): stage n % kStages, round
+  // n / kStages.
+  auto next_item = [&](int round) {  // after `round`: false when the block is done
+    const int64_t grid = gridDim.x, next = (round + 1) * grid + (round % 2 ? blockIdx.x : grid - 1 - blockIdx.x);
+    return next <= INT_MAX && block_work(p, kRows, int(next), w);
+  };
+  auto key_blocks = [&] { return (w.key_end - w.key_begin + kKeys - 1) / kKeys; };
 
   if (threadIdx.x >= kConsumerThreads) {  // the producer warpgroup
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters));
     const int thread = threadIdx.x - kConsumerThreads;
     const T* k = static_cast<const T*>(p.k);
     const T* v = static_cast<const T*>(p.v);
-    for (int g = 0; g < kConsumers; ++g) {
-      load_swizzled<T, D, kGroupRows>(shared + g * Layout::kGroupQBytes, static_cast<const T*>(p.q),
-                                      w.q_begin + g * kGroupRows, min(kGroupRows, max(0, w.rows - g * kGroupRows)),
-                                      p.q_token_stride, w.head * p.q_head_stride, p.head_dim, thread);
-    }
-    mbarrier::arrive_on_copies(q_full);
-    for (int j = 0; j < blocks; ++j) {
-      const int stage = j % kStages, kb = w.key_begin + j * kKeys, valid = min(kKeys, w.key_end - kb);
-      if (j >= kStages) mbarrier::wait(&empty[stage], (j / kStages - 1) & 1);  // its last round was read
-      unsigned char* k_tile = stages + stage * Layout::kStageBytes;
-      load_swizzled<T, D, kKeys>(k_tile, k, kb, valid, p.k_token_stride, w.kv_head * p.k_head_stride, p.head_dim,
-                                 thread);
-      load_swizzled<T, D, kKeys>(k_tile + Layout::kKVBytes, v, kb, valid, p.v_token_stride,
-                                 w.kv_head * p.v_head_stride, p.head_dim, thread);
-      mbarrier::arrive_on_copies(&full[stage]);
+    int n = 0;
+    for (int round = 0;; ++round) {
+      if (round > 0) mbarrier::wait(q_empty, (round - 1) & 1);  // the last item's Q was read
+      for (int g = 0; g < kConsumers; ++g) {
+        load_swizzled<T, D, kGroupRows>(shared + g * Layout::kGroupQBytes, static_cast<const T*>(p.q),
+                                        w.q_begin + g * kGroupRows, min(kGroupRows, max(0, w.rows - g * kGroupRows)),
+                                        p.q_token_stride, w.head * p.q_head_stride, p.head_dim, thread);
+      }
+      mbarrier::arrive_on_copies(q_full);
+      const int blocks = key_blocks();
+      for (int j = 0; j < blocks; ++j, ++n) {
+        const int stage = n % kStages, kb = w.key_begin + j * kKeys, valid = min(kKeys, w.key_end - kb);
+        if (n >= kStages) mbarrier::wait(&empty[stage], (n / kStages - 1) & 1);  // its last round was read
+        unsigned char* k_tile = stages + stage * Layout::kStageBytes;
+        load_swizzled<T, D, kKeys>(k_tile, k, kb, valid, p.k_token_stride, w.kv_head * p.k_head_stride,
+                                   p.head_dim, thread);
+        load_swizzled<T, D, kKeys>(k_tile + Layout::kKVBytes, v, kb, valid, p.v_token_stride,
+                                   w.kv_head * p.v_head_stride, p.head_dim, thread);
+        mbarrier::arrive_on_copies(&full[stage]);
+      }
+      n %= 2 * kStages;  // stage and parity repeat with this period: n stays small
+      if (!next_item(round)) break;
     }
     cp_async_wait_all();
     return;
   }
 
-  // A consumer: warpgroup `group` owns rows [64 group, 64 group + 64) of the tile.
+  // A consumer: warpgroup `group` owns rows [64 group, 64 group + 64) of each tile.
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters));
   const int group = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int quad = lane % 4, first_row = group * kGroupRows + 16 * warp + lane / 4;
   const unsigned char* q_tile = shared + group * Layout::kGroupQBytes;
-
-  // This thread's two rows (slot h: first_row + 8 h) and the keys each sees; the key blocks
-  // some row of this warpgroup sees, [own_begin, own_end).
-  int key_min[2], key_max[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) row_keys(p, w, first_row + 8 * h, key_min[h], key_max[h]);
-  int own_begin = 0, own_end = 0;
-  if (group * kGroupRows < w.rows) {
-    int lo, hi, unused;
-    row_keys(p, w, group * kGroupRows, lo, unused);
-    row_keys(p, w, min(w.rows, (group + 1) * kGroupRows) - 1, unused, hi);
-    own_begin = max(0, (lo - w.key_begin) / kKeys);
-    own_end = max(own_begin, min(blocks, (hi - w.key_begin + kKeys - 1) / kKeys));
-  }
-  auto wait_full = [&](int j) { mbarrier::wait(&full[j % kStages], (j / kStages) & 1); };
-  auto release = [&](int j) {
+  auto wait_full = [&](int n) { mbarrier::wait(&full[n % kStages], (n / kStages) & 1); };
+  auto release = [&](uint64_t* barrier) {  // this warp is done with what the barrier guards
     __syncwarp();
-    if (lane == 0) mbarrier::arrive(&empty[j % kStages]);
+    if (lane == 0) mbarrier::arrive(barrier);
   };
+  auto release_stage = [&](int n) { release(&empty[n % kStages]); };
+  // Turns: the two warpgroups take turns issuing their wgmmas (named barriers 2 and 3: a
+  // warpgroup's turn begins when the other's last turn has ended), so that one's softmax runs
+  // under the other's matrix work instead of both contending for the tensor cores at once.
+  // Each takes blocks + 1 turns per item, empty ones included (for the blocks it passes, and
+  // one more when it has none of its own), so that the turns pair up.
+  auto turn_begin = [&] {  // barrier 2 + group: this warpgroup's turn
+    if (group == 0) asm volatile("bar.sync 2, %0;\n" ::"n"(kConsumerThreads) : "memory");
+    else asm volatile("bar.sync 3, %0;\n" ::"n"(kConsumerThreads) : "memory");
+  };
+  auto turn_end = [&] {  // the other warpgroup's turn
+    if (group == 0) asm volatile("bar.arrive 3, %0;\n" ::"n"(kConsumerThreads) : "memory");
+    else asm volatile("bar.arrive 2, %0;\n" ::"n"(kConsumerThreads) : "memory");
+  };
+  auto empty_turn = [&] { turn_begin(), turn_end(); };
+  if (group == 1) turn_end();  // warpgroup 0 takes the first turn
 
   const bool windowed = p.window_left >= 0 || p.window_right >= 0;
-  const float sink = p.sinks ? p.sinks[w.head * p.sinks_stride] * kLog2e : -INFINITY;
-  float row_max[2] = {sink, sink};
-  float row_sum[2] = {p.sinks && quad == 0 ? 1.0f : 0.0f, p.sinks && quad == 0 ? 1.0f : 0.0f};
   float o[D / 2];  // register 4 j + e: row slot e / 2, column 8 j + 2 quad + e % 2
-#pragma unroll
-  for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
   float s[kScores];  // register 4 n + e: row slot e / 2, key kb + 8 n + 2 quad + e % 2
 #pragma unroll
   for (int i = 0; i < kScores; ++i) s[i] = 0.0f;
   uint32_t p_now[kKeys / 16][4];  // P as k16 A fragments (P V's A)
-  float row_scale[2];
+  int key_min[2], key_max[2];
+  float row_max[2], row_sum[2], row_scale[2];
 
-  // S = Q Kᵀ of key block j (not waited for). The first k-step overwrites s.
+  // S = Q Kᵀ of key block n (not waited for). The first k-step overwrites s.
   // Descriptors of Q and of stage 0's K and V, made once: a tile `b` bytes further is the
   // descriptor plus b / 16 (its address field), so the wgmma loops add constants.
   const uint64_t q_desc = sm90::descriptor(q_tile, 16, 1024);
   const uint64_t k_desc = sm90::descriptor(stages, 16, 1024);
   const uint64_t v_desc = sm90::descriptor(stages + Layout::kKVBytes, kKeys * 128, 1024);
-  auto stage_step = [](int j) { return uint64_t(j % kStages * (Layout::kStageBytes / 16)); };
-  auto issue_s = [&](int j) {
-    const uint64_t k_j = k_desc + stage_step(j);
+  auto stage_step = [](int n) { return uint64_t(n % kStages * (Layout::kStageBytes / 16)); };
+  auto issue_s = [&](int n) {
+    const uint64_t k_n = k_desc + stage_step(n);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const int atom = kk / 4, inside = kk % 4 * 32;  // 64-column atom, bytes into its 128-byte rows
       sm90::Wgmma<T, kKeys>::ss(s, q_desc + (atom * kGroupRows * 128 + inside) / 16,
-                                k_j + (atom * kKeys * 128 + inside) / 16, kk > 0);
+                                k_n + (atom * kKeys * 128 + inside) / 16, kk > 0);
     }
     sm90::wgmma_commit();
   };
-  // O += P V of key block j (not waited for).
-  auto issue_pv = [&](const uint32_t (&a)[kKeys / 16][4], int j) {
-    const uint64_t v_j = v_desc + stage_step(j);
+  // O += P V of key block n (not waited for).
+  auto issue_pv = [&](int n) {
+    const uint64_t v_n = v_desc + stage_step(n);
 #pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk) sm90::Wgmma<T, D>::rs_mn(o, a[kk], v_j + kk * 16 * 128 / 16, 1);
+    for (int kk = 0; kk < kKeys / 16; ++kk) sm90::Wgmma<T, D>::rs_mn(o, p_now[kk], v_n + kk * 16 * 128 / 16, 1);
     sm90::wgmma_commit();
   };
-  // Masks and exponentiates S of key block j in place; row_scale: how much O must shrink before
-  // this block's P V adds to it (the sum has shrunk already).
+  // Masks and exponentiates S of the item's key block j in place; row_scale: how much O must
+  // shrink before this block's P V adds to it (the sum has shrunk already).
   auto softmax = [&](int j) {
     const int kb = w.key_begin + j * kKeys;
     if (w.packed || windowed || kb + kKeys > w.key_end) {  // the same for the whole block
@@ -239,96 +260,131 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
     }
   };
 
-  for (int j = 0; j < own_begin; ++j) wait_full(j), release(j);
-  if (own_begin < own_end) {
-    mbarrier::wait(q_full, 0);
-    wait_full(own_begin);
-    sm90::fence_async_shared();  // the copies, visible to the tensor cores' reads
-    sm90::wgmma_fence();
-    issue_s(own_begin);
-    sm90::wgmma_wait<0>();
-    sm90::fence_operands(s);
-    softmax(own_begin);  // O is zero: nothing to rescale
-    pack_p();
-    for (int j = own_begin + 1; j < own_end; ++j) {
-      wait_full(j);
-      sm90::fence_async_shared();
+  int n = 0;  // n: key blocks of earlier items
+  for (int round = 0;; ++round) {
+    // This thread's two rows (slot h: first_row + 8 h) and the keys each sees; the key blocks
+    // some row of this warpgroup sees, [own_begin, own_end).
+#pragma unroll
+    for (int h = 0; h < 2; ++h) row_keys(p, w, first_row + 8 * h, key_min[h], key_max[h]);
+    const int blocks = key_blocks();
+    int own_begin = 0, own_end = 0;
+    if (group * kGroupRows < w.rows) {
+      int lo, hi, unused;
+      row_keys(p, w, group * kGroupRows, lo, unused);
+      row_keys(p, w, min(w.rows, (group + 1) * kGroupRows) - 1, unused, hi);
+      own_begin = max(0, (lo - w.key_begin) / kKeys);
+      own_end = max(own_begin, min(blocks, (hi - w.key_begin + kKeys - 1) / kKeys));
+    }
+    const float sink = p.sinks ? p.sinks[w.head * p.sinks_stride] * kLog2e : -INFINITY;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) row_max[h] = sink, row_sum[h] = p.sinks && quad == 0 ? 1.0f : 0.0f;
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+
+    // Every warp waits for the item's Q, so that its "empty" arrival cannot run ahead of it.
+    mbarrier::wait(q_full, round & 1);
+    for (int j = 0; j < own_begin; ++j) wait_full(n + j), release_stage(n + j), empty_turn();
+    if (own_begin < own_end) {
+      wait_full(n + own_begin);
+      sm90::fence_async_shared();  // the copies, visible to the tensor cores' reads
+      turn_begin();
       sm90::wgmma_fence();
-      issue_s(j);
-      issue_pv(p_now, j - 1);
-      sm90::wgmma_wait<1>();  // S of block j; P V of block j - 1 still runs
+      issue_s(n + own_begin);
+      turn_end();
+      sm90::wgmma_wait<0>();
       sm90::fence_operands(s);
-      softmax(j);
+      softmax(own_begin);  // O is zero: nothing to rescale
+      pack_p();
+      for (int j = own_begin + 1; j < own_end; ++j) {
+        wait_full(n + j);
+        sm90::fence_async_shared();
+        turn_begin();
+        sm90::wgmma_fence();
+        issue_s(n + j);
+        issue_pv(n + j - 1);
+        turn_end();
+        sm90::wgmma_wait<1>();  // S of block j; P V of block j - 1 still runs
+        sm90::fence_operands(s);
+        softmax(j);
+        sm90::wgmma_wait<0>();
+        sm90::fence_operands(o);
+        sm90::fence_operands(p_now);
+        release_stage(n + j - 1);
+        // Once a row's maximum has settled, its scale is exactly 1: most blocks skip this.
+        if (__any_sync(0xffffffffu, row_scale[0] != 1.0f || row_scale[1] != 1.0f)) {
+#pragma unroll
+          for (int i = 0; i < D / 2; ++i) o[i] *= row_scale[i % 4 / 2];
+        }
+        pack_p();
+      }
+      release(q_empty);  // every S of the item is done: the producer may load the next Q
+      turn_begin();
+      sm90::wgmma_fence();
+      issue_pv(n + own_end - 1);
+      turn_end();
       sm90::wgmma_wait<0>();
       sm90::fence_operands(o);
       sm90::fence_operands(p_now);
-      release(j - 1);
-      // Once a row's maximum has settled, its scale is exactly 1: most blocks skip this.
-      if (__any_sync(0xffffffffu, row_scale[0] != 1.0f || row_scale[1] != 1.0f)) {
-#pragma unroll
-        for (int i = 0; i < D / 2; ++i) o[i] *= row_scale[i % 4 / 2];
-      }
-      pack_p();
+      release_stage(n + own_end - 1);
+    } else {
+      release(q_empty);
+      empty_turn();
     }
-    sm90::wgmma_fence();
-    issue_pv(p_now, own_end - 1);
-    sm90::wgmma_wait<0>();
-    sm90::fence_operands(o);
-    sm90::fence_operands(p_now);
-    release(own_end - 1);
-  }
-  for (int j = own_end; j < blocks; ++j) wait_full(j), release(j);
+    for (int j = own_end; j < blocks; ++j) wait_full(n + j), release_stage(n + j), empty_turn();
+    n = (n + blocks) % (2 * kStages);  // as the producer counts
 
-  // out = O / l, staged row-major over the stages (every consumer is past its last read of
-  // them, and every copy has landed) so that the stores are whole rows.
-  float inverse[2];
+    float inverse[2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
-    row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
-    inverse[h] = row_sum[h] > 0.0f ? 1.0f / row_sum[h] : 0.0f;
-  }
-  constexpr int kConsumersBarrier = 1;  // a named barrier of the consumer threads (0 is __syncthreads)
-  asm volatile("bar.sync %0, %1;\n" ::"n"(kConsumersBarrier), "n"(kConsumerThreads) : "memory");
-  T* staged = reinterpret_cast<T*>(stages);
-  constexpr int kPitch = Layout::kStagedPitch;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-#pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
-      *reinterpret_cast<uint32_t*>(staged + (first_row + 8 * h) * kPitch + 8 * j + 2 * quad) =
-          pack2<T>(o[4 * j + 2 * h] * inverse[h], o[4 * j + 2 * h + 1] * inverse[h]);
+    for (int h = 0; h < 2; ++h) {
+      row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
+      row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
+      inverse[h] = row_sum[h] > 0.0f ? 1.0f / row_sum[h] : 0.0f;
     }
+    // out = O / l straight from the registers: the stages already hold the next item's keys.
+    T* out = static_cast<T*>(p.out) + int64_t(w.q_begin) * p.out_token_stride + w.head * p.out_head_stride;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (first_row + 8 * h >= w.rows) continue;
+      T* row = out + (first_row + 8 * h) * p.out_token_stride;
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j) {
+        if (8 * j + 2 * quad < p.head_dim) {
+          *reinterpret_cast<uint32_t*>(row + 8 * j + 2 * quad) =
+              pack2<T>(o[4 * j + 2 * h] * inverse[h], o[4 * j + 2 * h + 1] * inverse[h]);
+        }
+      }
+    }
+    if (quad == 0) {
+      for (int h = 0; h < 2; ++h) store_lse(p, w, first_row + 8 * h, row_max[h], row_sum[h]);
+    }
+    if (!next_item(round)) break;
   }
-  asm volatile("bar.sync %0, %1;\n" ::"n"(kConsumersBarrier), "n"(kConsumerThreads) : "memory");
-  store_rows<T, D, kConsumerThreads>(p, w, staged, kPitch);
-  if (quad == 0) {
-    for (int h = 0; h < 2; ++h) store_lse(p, w, first_row + 8 * h, row_max[h], row_sum[h]);
-  }
+  if (group == 0) turn_begin();  // the last turn's end: no barrier is left half arrived
 #else
   __trap();  // built for another architecture: the host launches this kernel on sm90a only
 #endif
 }
 
-template <typename T, int D, int kKeys>
-cudaError_t launch_keys(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
-  auto kernel = flash_fwd_sm90_kernel<T, D, kKeys>;
-  constexpr int kBytes = Tiles<D, kKeys>::kBytes;
-  const cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
-  if (status != cudaSuccess) return status;
-  kernel<<<grid, kThreads, kBytes, stream>>>(kp);
-  return cudaGetLastError();
-}
-
-// Key blocks of 128 (faster on every workload but 64-token windows, which run the sm80
-// kernel), or of 64 if asked (experiment: VISATTN_CUDA_SM90_KEYS=64).
+// One block per SM (registers allow no more) walks the items; the grid is sized for the
+// bucket, so no more blocks than it.
 template <typename T, int D>
 cudaError_t launch(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
-  static const bool keys64 = [] {
-    const char* set = std::getenv("VISATTN_CUDA_SM90_KEYS");
-    return set && std::string_view(set) == "64";
+  auto kernel = flash_fwd_sm90_kernel<T, D>;
+  constexpr int kBytes = Tiles<D>::kBytes;
+  cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+  int device = 0, sms = 0;
+  if (status == cudaSuccess) status = cudaGetDevice(&device);
+  if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (status != cudaSuccess) return status;
+  // Test knob: VISATTN_CUDA_SM90_GRID=N caps the grid at N blocks, so that every block walks
+  // many items (phases carried across items, Q reloaded early, the snake order's turns).
+  static const int cap = [] {
+    const char* set = std::getenv("VISATTN_CUDA_SM90_GRID");
+    return set ? std::max(1, std::atoi(set)) : INT_MAX;
   }();
-  return keys64 ? launch_keys<T, D, 64>(kp, grid, stream) : launch_keys<T, D, 128>(kp, grid, stream);
+  grid.x = std::min<unsigned>(grid.x, unsigned(std::min(sms, cap)));
+  kernel<<<grid, kThreads, kBytes, stream>>>(kp);
+  return cudaGetLastError();
 }
 
 template <typename T>

@@ -71,19 +71,13 @@ cudaError_t dispatch_head_dim(const KernelParams& kp, int head_dim_pad, dim3 gri
 // than one of its 128-row tiles: on 64-token windows the sm80 kernel's smaller tiles are faster
 // (bench/NOTES.md CUDA entry 11). VISATTN_CUDA_SM90=0 turns it off, =1 runs it on every batch
 // it can (tests, experiments).
-Kernel kernel_for(bool vector_io, int head_dim_pad, int device, int64_t max_seqlen) {
+Kernel kernel_for(bool vector_io, int head_dim_pad, int compute_capability, int64_t max_seqlen) {
 #if VISATTN_WITH_SM90A
   static const bool off = env_is("VISATTN_CUDA_SM90", "0"), forced = env_is("VISATTN_CUDA_SM90", "1");
-  if (off || !vector_io || !sm90_kernel_runs(head_dim_pad)) return Kernel::sm80;
-  if (!forced && max_seqlen <= kWideTileRows) return Kernel::sm80;
-  int major = 0, minor = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
-    return Kernel::sm80;
-  }
-  return major == 9 && minor == 0 ? Kernel::sm90 : Kernel::sm80;
+  if (off || compute_capability != 90 || !vector_io || !sm90_kernel_runs(head_dim_pad)) return Kernel::sm80;
+  return forced || max_seqlen > kWideTileRows ? Kernel::sm90 : Kernel::sm80;
 #else
-  (void)vector_io, (void)head_dim_pad, (void)device, (void)max_seqlen;
+  (void)vector_io, (void)head_dim_pad, (void)compute_capability, (void)max_seqlen;
   return Kernel::sm80;
 #endif
 }

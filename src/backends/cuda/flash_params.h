@@ -50,10 +50,10 @@ constexpr int kWideTileRows = 128;
 // The forward kernels; each reads the schedule of its tile rows.
 enum class Kernel { sm80, sm90 };
 
-// The kernel a call runs: sm90 where it was built, the GPU is compute capability 9.0, it has
+// The kernel a call runs: sm90 where it was built, the GPU is compute capability 9.0 (90), it has
 // the padded head dim, tiles move in 16-byte copies and some image is longer than 128 tokens
 // (VISATTN_CUDA_SM90=0: never; =1: regardless of the lengths).
-Kernel kernel_for(bool vector_io, int head_dim_pad, int device, int64_t max_seqlen);
+Kernel kernel_for(bool vector_io, int head_dim_pad, int compute_capability, int64_t max_seqlen);
 
 // Launches `kernel` for bf16 (else f16) inputs at a padded head dim of 32, 64, 80, 96, 128 or
 // 256 (sm90: 64-128); `params` carries that kernel's schedule; returns the launch status.
