@@ -6,7 +6,7 @@
 # Knobs (environment): QUICK=1 runs 100 check cases and skips ctest, compute-sanitizer and
 # pytest (kernel iterations); SKIP_CPU_BENCH=1; SKIP_GPU_BENCH=1 (attention; the layer bench runs);
 # SKIP_SANITIZER=1; PROFILE=workload[,..] adds an Nsight Compute
-# report of one cuda kernel launch per workload (ncu.txt); BENCH_ARGS go to bench/gpu_bench.py;
+# report of one cuda kernel launch per workload (ncu_<workload>.txt); BENCH_ARGS go to bench/gpu_bench.py;
 # VARIANTS (below) benches kernel variants picked by environment variables; VARIANTS_ONLY=1 skips
 # every check and bench but those (kernel experiments); CROSSOVER=1 benches cuda against cudnn
 # by image length.
@@ -134,11 +134,15 @@ if [ -n "${CROSSOVER:-}" ]; then
 fi
 
 if [ -n "${PROFILE:-}" ]; then
-  log "ncu: one cuda kernel launch of $PROFILE"
-  ncu --kernel-name regex:flash_fwd --launch-skip 3 --launch-count 1 --section SpeedOfLight --section Occupancy \
-    --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
-    python3 bench/gpu_bench.py --workloads bench/public_workloads.json --backends cuda --only "$PROFILE" \
-    > "$OUT/ncu.txt" 2>&1; grep -E "Duration|Throughput|Achieved Occupancy|Registers|Stall|Issued Ipc|Warp Cycles" "$OUT/ncu.txt" | head -40
+  for workload in ${PROFILE//,/ }; do
+    log "ncu: one cuda kernel launch of $workload"
+    ncu --kernel-name regex:flash_fwd --launch-skip 3 --launch-count 1 --section SpeedOfLight --section Occupancy \
+      --section LaunchStats --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+      --section ComputeWorkloadAnalysis python3 bench/gpu_bench.py --workloads bench/public_workloads.json \
+      --backends cuda --only "$workload" > "$OUT/ncu_$workload.txt" 2>&1
+    grep -E "Duration|Throughput|Achieved Occupancy|Registers|Stall|Issued Ipc|Warp Cycles|Block Limit|Grid Size" \
+      "$OUT/ncu_$workload.txt" | head -40
+  done
 fi
 
 if [ -z "${SKIP_CPU_BENCH:-}" ]; then

@@ -326,7 +326,7 @@ void run(const AttentionParams& p) {
          " heads exceed the 2^31 - 1 blocks of one launch (split the batch)");
   }
   const dim3 grid{unsigned(blocks)};
-  check(launch_flash_forward(kernel, kp, p.dtype == DType::bf16, *padded, grid, stream), "kernel launch");
+  check(launch_flash_forward(kernel, kp, p.dtype == DType::bf16, *padded, p.max_seqlen, grid, stream), "kernel launch");
   lease.finish();
 }
 

@@ -34,12 +34,15 @@ bool env_is(const char* name, std::string_view value) {
 }
 
 // Rows per warp: 32 (two m-tiles) where the registers allow, if asked (experiment: the env
-// variable VISATTN_CUDA_ROWS_PER_WARP=32), else 16. K/V buffers: two up to head dim 128
-// unless VISATTN_CUDA_STAGES=1 (experiment), one at 256 (two would not fit 99 KB).
+// variable VISATTN_CUDA_ROWS_PER_WARP=32), else 16. K/V buffers: two up to head dim 128, one at
+// 256 (two would not fit 99 KB), and one when no image is longer than a key block: every tile
+// then has a single key block and the second buffer would never fill (+5% on 64-token
+// windows, bench/NOTES.md CUDA entry 13); VISATTN_CUDA_STAGES=1 forces one (experiment).
 template <typename T, int kHeadDimPad>
-cudaError_t launch(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
+cudaError_t launch(const KernelParams& kp, int64_t max_seqlen, dim3 grid, cudaStream_t stream) {
   static const bool two_m_tiles = env_is("VISATTN_CUDA_ROWS_PER_WARP", "32");
-  static const bool one_stage = env_is("VISATTN_CUDA_STAGES", "1");
+  const bool one_stage =
+      env_is("VISATTN_CUDA_STAGES", "1") || max_seqlen <= TileConfig<kHeadDimPad, 1, 2>::kKeys;
   if constexpr (kHeadDimPad <= 128) {
     if (two_m_tiles) {
       return one_stage ? launch_tiles<T, kHeadDimPad, 2, 1>(kp, grid, stream)
@@ -52,14 +55,15 @@ cudaError_t launch(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
 
 // The one runtime-to-template dispatch: dtype x padded head dim.
 template <typename T>
-cudaError_t dispatch_head_dim(const KernelParams& kp, int head_dim_pad, dim3 grid, cudaStream_t stream) {
+cudaError_t dispatch_head_dim(const KernelParams& kp, int head_dim_pad, int64_t max_seqlen, dim3 grid,
+                              cudaStream_t stream) {
   switch (head_dim_pad) {
-    case 32: return launch<T, 32>(kp, grid, stream);
-    case 64: return launch<T, 64>(kp, grid, stream);
-    case 80: return launch<T, 80>(kp, grid, stream);
-    case 96: return launch<T, 96>(kp, grid, stream);
-    case 128: return launch<T, 128>(kp, grid, stream);
-    case 256: return launch<T, 256>(kp, grid, stream);
+    case 32: return launch<T, 32>(kp, max_seqlen, grid, stream);
+    case 64: return launch<T, 64>(kp, max_seqlen, grid, stream);
+    case 80: return launch<T, 80>(kp, max_seqlen, grid, stream);
+    case 96: return launch<T, 96>(kp, max_seqlen, grid, stream);
+    case 128: return launch<T, 128>(kp, max_seqlen, grid, stream);
+    case 256: return launch<T, 256>(kp, max_seqlen, grid, stream);
   }
   return cudaErrorInvalidValue;  // no kernel for this head dim (the host checked the list)
 }
@@ -83,13 +87,13 @@ Kernel kernel_for(bool vector_io, int head_dim_pad, int compute_capability, int6
 }
 
 cudaError_t launch_flash_forward(Kernel kernel, const KernelParams& params, bool bf16, int head_dim_pad,
-                                 dim3 grid, cudaStream_t stream) {
+                                 int64_t max_seqlen, dim3 grid, cudaStream_t stream) {
 #if VISATTN_WITH_SM90A
   if (kernel == Kernel::sm90) return launch_flash_forward_sm90(params, bf16, head_dim_pad, grid, stream);
 #endif
   if (kernel != Kernel::sm80) return cudaErrorInvalidValue;
-  return bf16 ? dispatch_head_dim<__nv_bfloat16>(params, head_dim_pad, grid, stream)
-              : dispatch_head_dim<__half>(params, head_dim_pad, grid, stream);
+  return bf16 ? dispatch_head_dim<__nv_bfloat16>(params, head_dim_pad, max_seqlen, grid, stream)
+              : dispatch_head_dim<__half>(params, head_dim_pad, max_seqlen, grid, stream);
 }
 
 }  // namespace visattn::cuda

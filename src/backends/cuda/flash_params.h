@@ -56,8 +56,10 @@ enum class Kernel { sm80, sm90 };
 Kernel kernel_for(bool vector_io, int head_dim_pad, int compute_capability, int64_t max_seqlen);
 
 // Launches `kernel` for bf16 (else f16) inputs at a padded head dim of 32, 64, 80, 96, 128 or
-// 256 (sm90: 64-128); `params` carries that kernel's schedule; returns the launch status.
+// 256 (sm90: 64-128); `params` carries that kernel's schedule; `max_seqlen` (the call's longest
+// image) picks the sm80 kernel's buffering, correct for any lengths (a graph replays a batch of
+// the bucket with others); returns the launch status.
 cudaError_t launch_flash_forward(Kernel kernel, const KernelParams& params, bool bf16, int head_dim_pad,
-                                 dim3 grid, cudaStream_t stream);
+                                 int64_t max_seqlen, dim3 grid, cudaStream_t stream);
 
 }  // namespace visattn::cuda
