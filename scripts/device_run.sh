@@ -16,6 +16,9 @@ LOGS=$OUT/logs  # tarred at the end: the device returns at most 8 files
 mkdir -p "$LOGS"
 trap 'tar -czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$LOGS"' EXIT
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
+# A check's log: its failures (with the command that reproduces each), then its last N lines
+# into the summary.
+check_summary() { grep -E "FAIL|reproduce" "$1" | head -10; tail -"$2" "$1" | tee -a "$OUT/summary.txt"; }
 
 prefix=/tmp/visattn-deps
 mkdir -p "$prefix"
@@ -56,23 +59,23 @@ log "ctest"
 fi
 
 log "check cuda"
-build/visattn check --backend cuda --cases "$([ -n "${QUICK:-}" ] && echo 100 || echo 500)" > "$LOGS/check_cuda.log" 2>&1; grep -E "FAIL|reproduce" "$LOGS/check_cuda.log" | head -10; tail -4 "$LOGS/check_cuda.log" | tee -a "$OUT/summary.txt"
+build/visattn check --backend cuda --cases "$([ -n "${QUICK:-}" ] && echo 100 || echo 500)" > "$LOGS/check_cuda.log" 2>&1; check_summary "$LOGS/check_cuda.log" 4
 
 log "check cuda, the sm80 kernel alone (VISATTN_CUDA_SM90=0)"
-VISATTN_CUDA_SM90=0 build/visattn check --backend cuda --cases 200 --seed 5 > "$LOGS/check_cuda_sm80.log" 2>&1; grep -E "FAIL|reproduce" "$LOGS/check_cuda_sm80.log" | head -10; tail -1 "$LOGS/check_cuda_sm80.log" | tee -a "$OUT/summary.txt"
+VISATTN_CUDA_SM90=0 build/visattn check --backend cuda --cases 200 --seed 5 > "$LOGS/check_cuda_sm80.log" 2>&1; check_summary "$LOGS/check_cuda_sm80.log" 1
 
 log "check cuda, the sm90 (wgmma) kernel on every batch (VISATTN_CUDA_SM90=1) on 7 blocks; its SASS (HGMMA: warpgroup MMAs)"
 # A timeout: a wrong barrier phase in a new kernel hangs instead of failing. Seven blocks: each
 # walks many items of the persistent grid (the full grid runs in the check above).
 VISATTN_CUDA_SM90=1 VISATTN_CUDA_SM90_GRID=7 timeout 300 build/visattn check --backend cuda --cases 200 --seed 9 > "$LOGS/check_cuda_sm90.log" 2>&1
-echo "rc=$?" >> "$LOGS/check_cuda_sm90.log"; grep -E "FAIL|reproduce" "$LOGS/check_cuda_sm90.log" | head -10; tail -2 "$LOGS/check_cuda_sm90.log" | tee -a "$OUT/summary.txt"
+echo "rc=$?" >> "$LOGS/check_cuda_sm90.log"; check_summary "$LOGS/check_cuda_sm90.log" 2
 sm90_object=$(find build -name 'flash_fwd_sm90.cu.o' | head -1)
 [ -n "$sm90_object" ] && cuobjdump -sass "$sm90_object" > "$LOGS/sm90.sass" 2>&1 && \
   echo "sm90 SASS: $(grep -c HGMMA "$LOGS/sm90.sass") HGMMA, $(grep -c 'WARPGROUP.DEPBAR' "$LOGS/sm90.sass") WARPGROUP.DEPBAR, $(grep -c 'SYNCS' "$LOGS/sm90.sass") SYNCS (mbarrier)" | tee -a "$OUT/summary.txt" && \
   python3 scripts/sass_loops.py "$LOGS/sm90.sass" --kernel bfloat16 --top 4 | tee -a "$OUT/summary.txt"
 
 log "check cudnn (cases it declines are skipped with the reason; every other error fails)"
-build/visattn check --backend cudnn --cases "$([ -n "${QUICK:-}" ] && echo 100 || echo 300)" > "$LOGS/check_cudnn.log" 2>&1; grep -E "FAIL|reproduce" "$LOGS/check_cudnn.log" | head -10; tail -8 "$LOGS/check_cudnn.log" | tee -a "$OUT/summary.txt"
+build/visattn check --backend cudnn --cases "$([ -n "${QUICK:-}" ] && echo 100 || echo 300)" > "$LOGS/check_cudnn.log" 2>&1; check_summary "$LOGS/check_cudnn.log" 8
 
 log "cudnn plans and graphs (100 random batches, capture/replay)"
 build/tests/visattn_tests --gtest_filter='Cudnn*' > "$LOGS/cudnn_tests.log" 2>&1; grep -E "cudnn plans:|Skipped|FAILED|Failure|PASSED" -A2 "$LOGS/cudnn_tests.log" | head -20 | tee -a "$OUT/summary.txt"

@@ -47,21 +47,10 @@ __device__ inline void fence_operands(uint32_t (&fragments)[N][4]) {
   }
 }
 
-// Wgmma<T, N>: rs_mn for the P·V shapes (N = the padded head dim); ss for Q·Kᵀ (N = 64 or 128
-// keys).
+// Wgmma<T, N>: rs_mn for the P·V shapes (N = the padded head dim); ss for Q·Kᵀ (N = 128 keys).
 template <typename T, int N>
 struct Wgmma;
 
-// d (+)= A Bᵀ, A [64 x 16] and B [64 x 16] K-major in shared memory (Q Kᵀ: 64 keys).
-#define VISATTN_WGMMA_SS_N64(TY)                                                              \
-  __device__ static void ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int accumulate) { \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                 \
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n" \
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
-                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));                            \
-  }
-
-// d (+)= A B, A [64 x 16] in registers (mma.sync A-fragment layout), B [16 x N] MN-major.
 #define VISATTN_WGMMA_RS_N64(TY)                                                              \
   __device__ static void rs_mn(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) { \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                 \
@@ -106,7 +95,6 @@ struct Wgmma;
 #define VISATTN_WGMMA_SHAPES(T, TY)                                                          \
   template <>                                                                                \
   struct Wgmma<T, 64> {                                                                      \
-    VISATTN_WGMMA_SS_N64(TY)                                                                 \
     VISATTN_WGMMA_RS_N64(TY)                                                                 \
   };                                                                                         \
   template <>                                                                                \
