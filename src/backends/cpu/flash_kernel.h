@@ -92,12 +92,14 @@ class FlashKernel {
 
   static void run(const AttentionParams& p, int threads) {
     const std::vector<WorkItem> items = plan_work(p, BM, threads);
+    // fp32 outputs are streamed from out_rows, whose heads are adjacent when W divides head_dim.
+    const bool stream = p.dtype == DType::f32 && output_streamable(p) && p.head_dim % W == 0;
     const bool lookahead = !items.empty() && NextItemPrefetch::helps(p, items.front());
     parallel_for(int64_t(items.size()), threads, lookahead, [&](int64_t i, int64_t next) {
       thread_local Scratch scratch;
       // softmax_block ticks once per key of each block it runs.
-      NextItemPrefetch prefetch(p, next < 0 ? nullptr : &items[next], keys_of(p, items[i]));
-      run_item(p, items[i], prefetch, scratch);
+      NextItemPrefetch prefetch(p, next < 0 ? nullptr : &items[next], keys_of(p, items[i]), stream);
+      run_item(p, items[i], stream, prefetch, scratch);
     });
   }
 
@@ -113,7 +115,6 @@ class FlashKernel {
   // the outputs written, token by token (each token's heads are adjacent in memory), instead of
   // one strided head at a time.
   static constexpr int kGroupRows = 4 * BM;
-  static constexpr int64_t kStreamBytes = int64_t(16) << 20;
 
   // C[r][i] (+)= Σ_k A[k][i] · B[k·b_k + r·b_r], for R rows r and the BM lanes i.
   template <int R>
@@ -152,7 +153,8 @@ class FlashKernel {
            (item.head_end - item.head_begin);
   }
 
-  static void run_item(const AttentionParams& p, const WorkItem& item, NextItemPrefetch& next,
+  // stream: outputs go past the caches, a token's heads at a time (see output_streamable).
+  static void run_item(const AttentionParams& p, const WorkItem& item, bool stream, NextItemPrefetch& next,
                        Scratch& s) {
     Span g;
     g.start = p.cu_seqlens[item.image];
@@ -182,10 +184,6 @@ class FlashKernel {
     s.out_rows.resize(int64_t(kGroupRows) * heads * g.d_t);
     Mma::pack_k(p, g.start + g.key_begin, g.keys, g.keys_pad, kv_begin, kv_count, g.d_pad, s.k.data());
     Mma::pack_v(p, g.start + g.key_begin, g.keys, g.keys_pad, kv_begin, kv_count, g.d_pad, s.v.data());
-    // fp32 outputs of a batch too large to stay in cache are streamed past it (see
-    // Ops::stream_row) when the item's heads are contiguous in out and in out_rows.
-    const bool stream = p.dtype == DType::f32 && p.out_head_stride == p.head_dim && g.d_t == p.head_dim &&
-                        int64_t(p.cu_seqlens[p.num_images]) * p.num_heads * p.head_dim * 4 >= kStreamBytes;
     for (int64_t r0 = item.row_begin; r0 < item.row_end; r0 += kGroupRows) {
       const int rows = int(std::min<int64_t>(kGroupRows, item.row_end - r0));
       if (Mma::kStagedQ) stage_q(p, g, item, r0, rows, s);
@@ -196,8 +194,8 @@ class FlashKernel {
       for (int i = 0; i < rows; ++i) {
         const int64_t token = g.start + r0 + i;
         if (stream) {  // the item's heads of a token: one contiguous run in out and in out_rows
-          Ops::stream_row(static_cast<float*>(p.out) + token * p.out_token_stride + item.head_begin * p.head_dim,
-                          s.out_rows.data() + int64_t(i) * heads * g.d_t, int64_t(heads) * p.head_dim);
+          Ops::stream_bytes(static_cast<float*>(p.out) + token * p.out_token_stride + item.head_begin * p.head_dim,
+                            s.out_rows.data() + int64_t(i) * heads * g.d_t, int64_t(heads) * p.head_dim * 4);
           continue;
         }
         for (int h = 0; h < heads; ++h) {

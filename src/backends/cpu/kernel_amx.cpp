@@ -44,6 +44,7 @@ struct Scratch {
   std::vector<uint32_t> kt, vp;   // [kv heads][pairs_t][keys_pad], [kv heads][keys_pad / 2][d_v]
   std::vector<uint16_t> p;        // [BM][BN] bf16
   std::vector<float> s, o;        // [BM][BN] and [BM][d_v]
+  std::vector<uint16_t> out;      // [rows][heads][head_dim]: the item's output, when streamed
   alignas(64) float m[BM], l[BM];
 };
 
@@ -60,6 +61,9 @@ struct Geometry {
   // and the rows a tile reads past the item's end exist in the tensor (they belong to other
   // images: their rows of S are never used).
   bool q_direct;
+  // Outputs are collected in Scratch::out and streamed past the caches, a token's heads at a
+  // time (see output_streamable), instead of written head by head.
+  bool stream;
 };
 
 // out[c] = (row0[c], row1[c]) for c < d (row1 null: zeros), 32 pairs per step.
@@ -312,7 +316,10 @@ void run_head(const AttentionParams& p, const WorkItem& item, const Geometry& g,
     for (int i = 0; i < rows; ++i) {
       const __m512 inv = _mm512_set1_ps(1.0f / s.l[i]);
       const int64_t token = g.start + q0 + i;
-      uint16_t* out = static_cast<uint16_t*>(p.out) + token * p.out_token_stride + head * p.out_head_stride;
+      uint16_t* out = g.stream
+          ? s.out.data() + ((q0 + i - item.row_begin) * (item.head_end - item.head_begin) + head - item.head_begin) *
+                               p.head_dim
+          : static_cast<uint16_t*>(p.out) + token * p.out_token_stride + head * p.out_head_stride;
       for (int c = 0; c < p.head_dim; c += 16) {
         const __m512 o = _mm512_mul_ps(_mm512_loadu_ps(s.o.data() + int64_t(i) * g.d_v + c), inv);
         const __mmask16 lanes = p.head_dim - c >= 16 ? 0xffff : __mmask16((1u << (p.head_dim - c)) - 1);
@@ -335,7 +342,7 @@ int64_t softmax_rows_of(const AttentionParams& p, const WorkItem& item) {
          (item.head_end - item.head_begin);
 }
 
-void run_item(const AttentionParams& p, const WorkItem& item, NextItemPrefetch& next, Scratch& s) {
+void run_item(const AttentionParams& p, const WorkItem& item, bool stream, NextItemPrefetch& next, Scratch& s) {
   Geometry g;
   g.start = p.cu_seqlens[item.image];
   g.n = p.cu_seqlens[item.image + 1] - g.start;
@@ -356,6 +363,9 @@ void run_item(const AttentionParams& p, const WorkItem& item, NextItemPrefetch& 
   g.kt_stride = int64_t(g.pairs_t) * g.keys_pad;
   g.vp_stride = int64_t(g.keys_pad / 2) * g.d_v;
   g.q_direct = g.keys <= BN && p.head_dim % TM == 0 && g.start + item.row_begin + g.rows_pad <= p.cu_seqlens[p.num_images];
+  g.stream = stream;
+  const int heads = item.head_end - item.head_begin;
+  if (g.stream) s.out.resize((item.row_end - item.row_begin) * heads * p.head_dim);
   if (!g.q_direct) s.q.resize((item.head_end - item.head_begin) * g.q_stride);  // rows_pad x d_qk per head
   s.kt.resize(g.kv_count * g.kt_stride);
   s.vp.resize(g.kv_count * g.vp_stride);
@@ -370,6 +380,12 @@ void run_item(const AttentionParams& p, const WorkItem& item, NextItemPrefetch& 
     const int kv = head / group - g.kv_begin;
     run_head(p, item, g, head, s.kt.data() + kv * g.kt_stride, s.vp.data() + kv * g.vp_stride, next, s);
   }
+  for (int64_t i = 0; g.stream && i < item.row_end - item.row_begin; ++i) {
+    Ops::stream_bytes(static_cast<uint16_t*>(p.out) + (g.start + item.row_begin + i) * p.out_token_stride +
+                          item.head_begin * p.head_dim,
+                      s.out.data() + i * heads * p.head_dim, int64_t(heads) * p.head_dim * 2);
+  }
+  if (g.stream) Ops::fence();
   _tile_release();
 }
 
@@ -381,12 +397,13 @@ namespace visattn::cpu {
 
 void run_amx(const AttentionParams& p, int threads) {
   const std::vector<WorkItem> items = plan_work(p, amx::BM, threads);
+  const bool stream = output_streamable(p);
   const bool lookahead = !items.empty() && NextItemPrefetch::helps(p, items.front());
   parallel_for(int64_t(items.size()), threads, lookahead, [&](int64_t i, int64_t next) {
     thread_local amx::Scratch scratch;
     // softmax_rows ticks once per row of each key block it runs.
-    NextItemPrefetch prefetch(p, next < 0 ? nullptr : &items[next], amx::softmax_rows_of(p, items[i]));
-    amx::run_item(p, items[i], prefetch, scratch);
+    NextItemPrefetch prefetch(p, next < 0 ? nullptr : &items[next], amx::softmax_rows_of(p, items[i]), stream);
+    amx::run_item(p, items[i], stream, prefetch, scratch);
   });
 }
 

@@ -12,12 +12,14 @@ struct Avx2Ops {
   static V set1(float x) { return _mm256_set1_ps(x); }
   static V load(const float* p) { return _mm256_loadu_ps(p); }
   static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
-  // As Avx512Ops::stream_row, 32-byte aligned.
-  static void stream_row(float* dst, const float* src, int64_t n) {
-    int64_t i = 0;
-    for (; i < n && reinterpret_cast<uintptr_t>(dst + i) % 32 != 0; ++i) dst[i] = src[i];
-    for (; i + 8 <= n; i += 8) _mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));
-    for (; i < n; ++i) dst[i] = src[i];
+  // As Avx512Ops::stream_bytes, 32 bytes at a time.
+  static void stream_bytes(void* dst, const void* src, int64_t bytes) {
+    char* d = static_cast<char*>(dst);
+    const char* s = static_cast<const char*>(src);
+    int64_t i = std::min<int64_t>(bytes, (32 - reinterpret_cast<uintptr_t>(d) % 32) % 32);
+    std::memcpy(d, s, i);
+    for (; i + 32 <= bytes; i += 32) _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i)));
+    std::memcpy(d + i, s + i, bytes - i);
   }
   static void fence() { _mm_sfence(); }
   static V add(V a, V b) { return _mm256_add_ps(a, b); }

@@ -12,13 +12,15 @@ struct Avx512Ops {
   static V set1(float x) { return _mm512_set1_ps(x); }
   static V load(const float* p) { return _mm512_loadu_ps(p); }
   static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
-  // dst[0..n) = src[0..n) with non-temporal stores where dst is 64-byte aligned (no read for
-  // ownership of lines nobody will read soon); fence() orders them before the call returns.
-  static void stream_row(float* dst, const float* src, int64_t n) {
-    int64_t i = 0;
-    for (; i < n && reinterpret_cast<uintptr_t>(dst + i) % 64 != 0; ++i) dst[i] = src[i];
-    for (; i + 16 <= n; i += 16) _mm512_stream_ps(dst + i, _mm512_loadu_ps(src + i));
-    for (; i < n; ++i) dst[i] = src[i];
+  // Copies `bytes` bytes with non-temporal stores for the whole 64-byte lines of dst (no read
+  // for ownership of lines nobody will read soon); fence() orders them before the call returns.
+  static void stream_bytes(void* dst, const void* src, int64_t bytes) {
+    char* d = static_cast<char*>(dst);
+    const char* s = static_cast<const char*>(src);
+    int64_t i = std::min<int64_t>(bytes, (64 - reinterpret_cast<uintptr_t>(d) % 64) % 64);
+    std::memcpy(d, s, i);
+    for (; i + 64 <= bytes; i += 64) _mm512_stream_si512(reinterpret_cast<__m512i*>(d + i), _mm512_loadu_si512(s + i));
+    std::memcpy(d + i, s + i, bytes - i);
   }
   static void fence() { _mm_sfence(); }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }

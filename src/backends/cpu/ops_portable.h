@@ -21,7 +21,7 @@ struct PortableOps {
   static V set1(float x) { return map([x](int) { return x; }); }
   static V load(const float* p) { return map([p](int i) { return p[i]; }); }
   static void store(float* p, V v) { std::copy(v.lane, v.lane + W, p); }
-  static void stream_row(float* dst, const float* src, int64_t n) { std::copy(src, src + n, dst); }
+  static void stream_bytes(void* dst, const void* src, int64_t bytes) { std::memcpy(dst, src, bytes); }
   static void fence() {}
   static V add(V a, V b) { return map([&](int i) { return a.lane[i] + b.lane[i]; }); }
   static V sub(V a, V b) { return map([&](int i) { return a.lane[i] - b.lane[i]; }); }

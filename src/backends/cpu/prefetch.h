@@ -14,8 +14,9 @@
 
 namespace visattn::cpu {
 
-// Walks the next item's lines (q rows, output rows, then k and v rows) and prefetches a few at
-// a time: a burst of hundreds would hold every fill buffer and stall this item's own loads.
+// Walks the next item's lines (q rows, output rows unless the output is streamed past the
+// caches, then k and v rows) and prefetches a few at a time: a burst of hundreds would hold
+// every fill buffer and stall this item's own loads.
 class NextItemPrefetch {
  public:
   // Items reading more than this are compute-bound (their keys serve many query tiles), or
@@ -25,7 +26,8 @@ class NextItemPrefetch {
   static constexpr int64_t kMaxBytes = int64_t(1) << 20;
 
   // Whether items like this one are worth prefetching: kernels ask it of their largest item
-  // to decide whether to claim items ahead at all (see parallel_for).
+  // to decide whether to claim items ahead at all (see parallel_for). The output's bytes count
+  // even when it is streamed: kMaxBytes was measured with them.
   static bool helps(const AttentionParams& p, const WorkItem& item) {
     const int64_t n = p.cu_seqlens[item.image + 1] - p.cu_seqlens[item.image];
     const KeyRange keys = visible_keys(p, n, item.row_begin, item.row_end);
@@ -37,8 +39,10 @@ class NextItemPrefetch {
            kMaxBytes;
   }
 
-  // Prefetches `next` (null: nothing) over `ticks` calls of tick().
-  NextItemPrefetch(const AttentionParams& p, const WorkItem* next, int64_t ticks) : p_(p) {
+  // Prefetches `next` (null: nothing) over `ticks` calls of tick(); output_streamed: the kernel
+  // writes the output with non-temporal stores (output_streamable), so its lines are not fetched.
+  NextItemPrefetch(const AttentionParams& p, const WorkItem* next, int64_t ticks, bool output_streamed)
+      : p_(p) {
     if (!next || !helps(p, *next)) return;
     const int64_t start = p.cu_seqlens[next->image];
     const KeyRange keys =
@@ -48,7 +52,8 @@ class NextItemPrefetch {
     const int64_t r0 = start + next->row_begin, rows = next->row_end - next->row_begin;
     const int64_t k0 = start + keys.begin, nk = keys.end - keys.begin;
     regions_[0] = {p.q, r0, rows, p.q_token_stride, p.q_head_stride, next->head_begin, next->head_end, false};
-    regions_[1] = {p.out, r0, rows, p.out_token_stride, p.out_head_stride, next->head_begin, next->head_end, true};
+    regions_[1] = {p.out, r0, output_streamed ? 0 : rows, p.out_token_stride, p.out_head_stride,
+                   next->head_begin, next->head_end, true};
     regions_[2] = {p.k, k0, nk, p.k_token_stride, p.k_head_stride, kv_begin, kv_end, false};
     regions_[3] = {p.v, k0, nk, p.v_token_stride, p.v_head_stride, kv_begin, kv_end, false};
     int64_t lines = 0;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "visattn/params.h"
+#include "visattn/tensor.h"
 
 namespace visattn::cpu {
 
@@ -41,6 +42,16 @@ inline bool block_unmasked(const AttentionParams& p, int64_t key, int64_t count,
                            int64_t first_row, int64_t last_row) {
   return key + count <= key_end && (p.window_left < 0 || key >= last_row - p.window_left) &&
          (p.window_right < 0 || key + count - 1 <= first_row + p.window_right);
+}
+
+// Whether kernels write the output past the caches (non-temporal stores: no read for ownership
+// of lines nobody reads soon): when the batch's output is too large to still be cached when
+// the next layer reads it, and each token's heads are adjacent in it (whole lines per token).
+// Measured on a Sapphire Rapids VM: qwen25vl-window bf16 (15 MB out) 9% faster, fp32 3%.
+inline constexpr int64_t kStreamOutputBytes = int64_t(8) << 20;
+inline bool output_streamable(const AttentionParams& p) {
+  return p.out_head_stride == p.head_dim &&
+         int64_t(p.cu_seqlens[p.num_images]) * p.num_heads * p.head_dim * dtype_size(p.dtype) >= kStreamOutputBytes;
 }
 
 // Kernels, one per instruction set; each plans its items and runs them on `threads` threads.
