@@ -228,26 +228,33 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
   };
   // Masks and exponentiates S of the item's key block j in place; row_scale: how much O must
   // shrink before this block's P V adds to it (the sum has shrunk already).
+  // With a positive scale (fold) the maximum of the raw scores, scaled, is the maximum of the
+  // scaled scores, so the scale rides in the exponent's FFMA: unmasked blocks skip a multiply
+  // per score. Otherwise the scores are scaled first (pre) and the FFMA multiplies by one.
+  const bool fold = p.scale_log2 > 0.0f;
+  const float pre = fold ? 1.0f : p.scale_log2, post = fold ? p.scale_log2 : 1.0f;
   auto softmax = [&](int j) {
     const int kb = w.key_begin + j * kKeys;
     if (w.packed || windowed || kb + kKeys > w.key_end) {  // the same for the whole block
 #pragma unroll
       for (int i = 0; i < kScores; ++i) {
         const int h = i % 4 / 2, key = kb + 8 * (i / 4) + 2 * quad + i % 2;
-        s[i] = (key < key_min[h]) | (key >= key_max[h]) ? -INFINITY : s[i] * p.scale_log2;
+        s[i] = (key < key_min[h]) | (key >= key_max[h]) ? -INFINITY : s[i] * pre;
       }
-    } else {
+    } else if (!fold) {
 #pragma unroll
-      for (int i = 0; i < kScores; ++i) s[i] *= p.scale_log2;
+      for (int i = 0; i < kScores; ++i) s[i] *= pre;
     }
     float block_max[2] = {-INFINITY, -INFINITY}, row_base[2];
 #pragma unroll
     for (int i = 0; i < kScores; ++i) block_max[i % 4 / 2] = fmaxf(block_max[i % 4 / 2], s[i]);
 #pragma unroll
-    for (int h = 0; h < 2; ++h) fold_block_max(block_max[h], row_max[h], row_sum[h], row_base[h], row_scale[h]);
+    for (int h = 0; h < 2; ++h) {
+      fold_block_max(block_max[h] * post, row_max[h], row_sum[h], row_base[h], row_scale[h]);
+    }
 #pragma unroll
     for (int i = 0; i < kScores; ++i) {
-      s[i] = exp2_fast(s[i] - row_base[i % 4 / 2]);
+      s[i] = exp2_fast(fmaf(s[i], post, -row_base[i % 4 / 2]));
       row_sum[i % 4 / 2] += s[i];
     }
   };
