@@ -11,6 +11,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/device_metadata.h"
 #include "backends/cuda/flash_params.h"
+#include "backends/cuda/head_dims.h"
 #include "core/error_message.h"
 
 namespace visattn::cuda {
@@ -180,9 +181,6 @@ bool vector_io(const AttentionParams& p) {
          std::all_of(std::begin(strides), std::end(strides), [](int64_t s) { return s % 8 == 0; });
 }
 
-// The instantiated head dims; a head dim runs at the smallest one that holds it.
-constexpr int kPaddedHeadDims[] = {32, 64, 80, 96, 128, 256};
-
 }  // namespace
 
 int compute_capability(int device) {
@@ -283,9 +281,9 @@ void run(const AttentionParams& p) {
     fail(ErrorCode::unsupported, "backend='cuda': ", device_name(p.device), " is sm", cc,
          "; the kernel needs sm80 or newer");
   }
-  const int* padded = std::find_if(std::begin(kPaddedHeadDims), std::end(kPaddedHeadDims),
+  const int* padded = std::find_if(std::begin(Sm80HeadDims::kDims), std::end(Sm80HeadDims::kDims),
                                    [&](int d) { return d >= p.head_dim; });
-  if (padded == std::end(kPaddedHeadDims)) {
+  if (padded == std::end(Sm80HeadDims::kDims)) {
     fail(ErrorCode::unsupported, "backend='cuda': head_dim ", p.head_dim, " is larger than 256");
   }
   // Token indices are 32-bit in the kernel, with room for one key block past the end.

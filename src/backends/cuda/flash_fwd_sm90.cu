@@ -28,6 +28,7 @@
 #include "backends/cuda/block_work.cuh"
 #include "backends/cuda/flash_params.h"
 #include "backends/cuda/flash_sm90.h"
+#include "backends/cuda/head_dims.h"
 #include "backends/cuda/mbarrier.cuh"
 #include "backends/cuda/mma.cuh"
 #include "backends/cuda/wgmma.cuh"
@@ -396,20 +397,11 @@ cudaError_t launch(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
 
 template <typename T>
 cudaError_t dispatch(const KernelParams& kp, int head_dim_pad, dim3 grid, cudaStream_t stream) {
-  switch (head_dim_pad) {
-    case 64: return launch<T, 64>(kp, grid, stream);
-    case 80: return launch<T, 80>(kp, grid, stream);
-    case 96: return launch<T, 96>(kp, grid, stream);
-    case 128: return launch<T, 128>(kp, grid, stream);
-  }
-  return cudaErrorInvalidValue;
+  return Sm90HeadDims::visit(head_dim_pad, cudaErrorInvalidValue,
+                             [&](auto d) { return launch<T, decltype(d)::value>(kp, grid, stream); });
 }
 
 }  // namespace
-
-bool sm90_kernel_runs(int head_dim_pad) {
-  return head_dim_pad == 64 || head_dim_pad == 80 || head_dim_pad == 96 || head_dim_pad == 128;
-}
 
 cudaError_t launch_flash_forward_sm90(const KernelParams& params, bool bf16, int head_dim_pad, dim3 grid,
                                       cudaStream_t stream) {

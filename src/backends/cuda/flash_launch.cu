@@ -3,6 +3,7 @@
 #include "backends/cuda/flash_fwd.cuh"
 #include "backends/cuda/flash_params.h"
 #include "backends/cuda/flash_sm90.h"
+#include "backends/cuda/head_dims.h"
 
 #include <cstdlib>
 #include <string_view>
@@ -57,15 +58,10 @@ cudaError_t launch(const KernelParams& kp, int64_t max_seqlen, dim3 grid, cudaSt
 template <typename T>
 cudaError_t dispatch_head_dim(const KernelParams& kp, int head_dim_pad, int64_t max_seqlen, dim3 grid,
                               cudaStream_t stream) {
-  switch (head_dim_pad) {
-    case 32: return launch<T, 32>(kp, max_seqlen, grid, stream);
-    case 64: return launch<T, 64>(kp, max_seqlen, grid, stream);
-    case 80: return launch<T, 80>(kp, max_seqlen, grid, stream);
-    case 96: return launch<T, 96>(kp, max_seqlen, grid, stream);
-    case 128: return launch<T, 128>(kp, max_seqlen, grid, stream);
-    case 256: return launch<T, 256>(kp, max_seqlen, grid, stream);
-  }
-  return cudaErrorInvalidValue;  // no kernel for this head dim (the host checked the list)
+  // cudaErrorInvalidValue: no kernel for this head dim (the host rounded it to the list).
+  return Sm80HeadDims::visit(head_dim_pad, cudaErrorInvalidValue, [&](auto d) {
+    return launch<T, decltype(d)::value>(kp, max_seqlen, grid, stream);
+  });
 }
 
 }  // namespace
@@ -78,7 +74,7 @@ cudaError_t dispatch_head_dim(const KernelParams& kp, int head_dim_pad, int64_t 
 Kernel kernel_for(bool vector_io, int head_dim_pad, int compute_capability, int64_t max_seqlen) {
 #if VISATTN_WITH_SM90A
   static const bool off = env_is("VISATTN_CUDA_SM90", "0"), forced = env_is("VISATTN_CUDA_SM90", "1");
-  if (off || compute_capability != 90 || !vector_io || !sm90_kernel_runs(head_dim_pad)) return Kernel::sm80;
+  if (off || compute_capability != 90 || !vector_io || !Sm90HeadDims::has(head_dim_pad)) return Kernel::sm80;
   return forced || max_seqlen > kWideTileRows ? Kernel::sm90 : Kernel::sm80;
 #else
   (void)vector_io, (void)head_dim_pad, (void)compute_capability, (void)max_seqlen;

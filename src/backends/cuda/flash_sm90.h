@@ -8,11 +8,8 @@
 
 namespace visattn::cuda {
 
-// Whether the sm90 kernel has a variant for this padded head dim (64, 80, 96, 128).
-bool sm90_kernel_runs(int head_dim_pad);
-
 // Launches it (bf16, else f16); the caller checked the GPU (compute capability 9.0), the head
-// dim and 16-byte copies (params.vector_io).
+// dim (Sm90HeadDims) and 16-byte copies (params.vector_io).
 cudaError_t launch_flash_forward_sm90(const KernelParams& params, bool bf16, int head_dim_pad, dim3 grid,
                                       cudaStream_t stream);
 

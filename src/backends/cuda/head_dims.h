@@ -1,0 +1,28 @@
+// The padded head dims each CUDA kernel is compiled for: the one table that the host's
+// rounding, the runtime-to-template dispatch of each kernel and the sm90 kernel's eligibility
+// all read, so that adding a head dim is one edit.
+#pragma once
+
+#include <type_traits>
+
+namespace visattn::cuda {
+
+template <int... Dims>
+struct HeadDimList {
+  static constexpr int kDims[] = {Dims...};  // ascending
+  static constexpr bool has(int d) { return ((d == Dims) || ...); }
+  // f(std::integral_constant<int, D>{}) for the D equal to d; `otherwise` when there is none.
+  template <class R, class F>
+  static R visit(int d, R otherwise, F&& f) {
+    R result = otherwise;
+    (void)((d == Dims && (result = f(std::integral_constant<int, Dims>{}), true)) || ...);
+    return result;
+  }
+};
+
+// The mma.sync kernel (sm80+): a head dim runs at the smallest of these that holds it.
+using Sm80HeadDims = HeadDimList<32, 64, 80, 96, 128, 256>;
+// The wgmma kernel (sm90a), for the padded head dims it has.
+using Sm90HeadDims = HeadDimList<64, 80, 96, 128>;
+
+}  // namespace visattn::cuda
