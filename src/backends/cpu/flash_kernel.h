@@ -92,8 +92,9 @@ class FlashKernel {
 
   static void run(const AttentionParams& p, int threads) {
     const std::vector<WorkItem> items = plan_work(p, BM, threads);
-    // fp32 outputs are streamed from out_rows, whose heads are adjacent when W divides head_dim.
-    const bool stream = p.dtype == DType::f32 && output_streamable(p) && p.head_dim % W == 0;
+    // Outputs are streamed from out_rows (rounded to the dtype first), whose heads are adjacent
+    // when W divides head_dim.
+    const bool stream = output_streamable(p) && p.head_dim % W == 0;
     const bool lookahead = !items.empty() && NextItemPrefetch::helps(p, items.front());
     parallel_for(int64_t(items.size()), threads, lookahead, [&](int64_t i, int64_t next) {
       thread_local Scratch scratch;
@@ -109,6 +110,7 @@ class FlashKernel {
     std::vector<float> s, o;
     std::vector<float> q_rows;    // [heads][kGroupRows][d_t]: a row group's q, token-major read
     std::vector<float> out_rows;  // [kGroupRows][heads][d_t]: its output, written token-major
+    std::vector<uint16_t> out_row16;  // one token's outputs in a 16-bit dtype, when streamed
     alignas(64) float m[BM], l[BM];
   };
   // Rows are staged in groups of this many: the q rows of all the item's heads are read, and
@@ -194,8 +196,16 @@ class FlashKernel {
       for (int i = 0; i < rows; ++i) {
         const int64_t token = g.start + r0 + i;
         if (stream) {  // the item's heads of a token: one contiguous run in out and in out_rows
-          Ops::stream_bytes(static_cast<float*>(p.out) + token * p.out_token_stride + item.head_begin * p.head_dim,
-                            s.out_rows.data() + int64_t(i) * heads * g.d_t, int64_t(heads) * p.head_dim * 4);
+          const float* row = s.out_rows.data() + int64_t(i) * heads * g.d_t;
+          const int n = heads * p.head_dim;
+          const int64_t first = token * p.out_token_stride + item.head_begin * p.head_dim;
+          if (p.dtype == DType::f32) {
+            Ops::stream_bytes(static_cast<float*>(p.out) + first, row, int64_t(n) * 4);
+          } else {
+            s.out_row16.resize(n);
+            store_row(s.out_row16.data(), p.dtype, 0, row, n);
+            Ops::stream_bytes(static_cast<uint16_t*>(p.out) + first, s.out_row16.data(), int64_t(n) * 2);
+          }
           continue;
         }
         for (int h = 0; h < heads; ++h) {
