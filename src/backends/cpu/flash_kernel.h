@@ -65,7 +65,7 @@ struct F32Mma {
     for (int j = 0; j < keys; ++j) {
       for (int h = 0; h < kv_count; ++h) {
         float* row = dst + h * per_head + int64_t(j) * d_pad;
-        load_row(base, dtype, (token + j) * token_stride + (kv_begin + h) * head_stride, d, row);
+        Ops::load_row(base, dtype, (token + j) * token_stride + (kv_begin + h) * head_stride, d, row);
         std::fill(row + d, row + d_pad, 0.0f);
       }
     }
@@ -203,13 +203,13 @@ class FlashKernel {
             Ops::stream_bytes(static_cast<float*>(p.out) + first, row, int64_t(n) * 4);
           } else {
             s.out_row16.resize(n);
-            store_row(s.out_row16.data(), p.dtype, 0, row, n);
+            Ops::store_row(s.out_row16.data(), p.dtype, 0, row, n);
             Ops::stream_bytes(static_cast<uint16_t*>(p.out) + first, s.out_row16.data(), int64_t(n) * 2);
           }
           continue;
         }
         for (int h = 0; h < heads; ++h) {
-          store_row(p.out, p.dtype, token * p.out_token_stride + (item.head_begin + h) * p.out_head_stride,
+          Ops::store_row(p.out, p.dtype, token * p.out_token_stride + (item.head_begin + h) * p.out_head_stride,
                     s.out_rows.data() + (int64_t(i) * heads + h) * g.d_t, p.head_dim);
         }
       }
@@ -227,7 +227,7 @@ class FlashKernel {
       const int64_t token = g.start + r0 + i;
       for (int h = 0; h < heads; ++h) {
         float* row = s.q_rows.data() + h * per_head + int64_t(i) * g.d_t;
-        load_row(p.q, p.dtype, token * p.q_token_stride + (item.head_begin + h) * p.q_head_stride,
+        Ops::load_row(p.q, p.dtype, token * p.q_token_stride + (item.head_begin + h) * p.q_head_stride,
                  p.head_dim, row);
         std::fill(row + p.head_dim, row + g.d_t, 0.0f);
       }

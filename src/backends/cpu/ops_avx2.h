@@ -22,6 +22,25 @@ struct Avx2Ops {
     std::memcpy(d + i, s + i, bytes - i);
   }
   static void fence() { _mm_sfence(); }
+  // As Avx512Ops::load_row and store_row: f16 by F16C, 8 at a time (the tail as rows.h).
+  static void load_row(const void* base, DType dtype, int64_t offset, int n, float* dst) {
+    if (dtype != DType::f16) return cpu::load_row(base, dtype, offset, n, dst);
+    const uint16_t* src = static_cast<const uint16_t*>(base) + offset;
+    int c = 0;
+    for (; c + 8 <= n; c += 8)
+      _mm256_storeu_ps(dst + c, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + c))));
+    cpu::load_row(src + c, dtype, 0, n - c, dst + c);
+  }
+  static void store_row(void* base, DType dtype, int64_t offset, const float* src, int n) {
+    if (dtype != DType::f16) return cpu::store_row(base, dtype, offset, src, n);
+    uint16_t* dst = static_cast<uint16_t*>(base) + offset;
+    int c = 0;
+    for (; c + 8 <= n; c += 8) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + c),
+                       _mm256_cvtps_ph(_mm256_loadu_ps(src + c), _MM_FROUND_TO_NEAREST_INT));
+    }
+    cpu::store_row(dst + c, dtype, 0, src + c, n - c);
+  }
   static V add(V a, V b) { return _mm256_add_ps(a, b); }
   static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
   static V mul(V a, V b) { return _mm256_mul_ps(a, b); }

@@ -23,6 +23,24 @@ struct Avx512Ops {
     std::memcpy(d + i, s + i, bytes - i);
   }
   static void fence() { _mm_sfence(); }
+  // As cpu::load_row and cpu::store_row (rows.h), with f16 converted by F16C 16 at a time.
+  static void load_row(const void* base, DType dtype, int64_t offset, int n, float* dst) {
+    if (dtype != DType::f16) return cpu::load_row(base, dtype, offset, n, dst);
+    const uint16_t* src = static_cast<const uint16_t*>(base) + offset;
+    for (int c = 0; c < n; c += 16) {
+      const __mmask16 lanes = n - c >= 16 ? 0xffff : __mmask16((1u << (n - c)) - 1);
+      _mm512_mask_storeu_ps(dst + c, lanes, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lanes, src + c)));
+    }
+  }
+  static void store_row(void* base, DType dtype, int64_t offset, const float* src, int n) {
+    if (dtype != DType::f16) return cpu::store_row(base, dtype, offset, src, n);
+    uint16_t* dst = static_cast<uint16_t*>(base) + offset;
+    for (int c = 0; c < n; c += 16) {
+      const __mmask16 lanes = n - c >= 16 ? 0xffff : __mmask16((1u << (n - c)) - 1);
+      _mm256_mask_storeu_epi16(dst + c, lanes,
+                               _mm512_cvtps_ph(_mm512_maskz_loadu_ps(lanes, src + c), _MM_FROUND_TO_NEAREST_INT));
+    }
+  }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
   static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
   static V mul(V a, V b) { return _mm512_mul_ps(a, b); }

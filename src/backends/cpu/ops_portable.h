@@ -23,6 +23,12 @@ struct PortableOps {
   static void store(float* p, V v) { std::copy(v.lane, v.lane + W, p); }
   static void stream_bytes(void* dst, const void* src, int64_t bytes) { std::memcpy(dst, src, bytes); }
   static void fence() {}
+  static void load_row(const void* base, DType dtype, int64_t offset, int n, float* dst) {
+    cpu::load_row(base, dtype, offset, n, dst);
+  }
+  static void store_row(void* base, DType dtype, int64_t offset, const float* src, int n) {
+    cpu::store_row(base, dtype, offset, src, n);
+  }
   static V add(V a, V b) { return map([&](int i) { return a.lane[i] + b.lane[i]; }); }
   static V sub(V a, V b) { return map([&](int i) { return a.lane[i] - b.lane[i]; }); }
   static V mul(V a, V b) { return map([&](int i) { return a.lane[i] * b.lane[i]; }); }

@@ -47,7 +47,8 @@ inline bool block_unmasked(const AttentionParams& p, int64_t key, int64_t count,
 // Whether kernels write the output past the caches (non-temporal stores: no read for ownership
 // of lines nobody reads soon): when the batch's output is too large to still be cached when
 // the next layer reads it, and each token's heads are adjacent in it (whole lines per token).
-// Measured on a Sapphire Rapids VM: qwen25vl-window bf16 (15 MB out) 9% faster, fp32 3%.
+// Measured on a Sapphire Rapids VM: qwen25vl-window bf16 (15 MB out) 9% faster on AMX, 7% on
+// the avx512_bf16 kernel; fp32 3% (bench/NOTES.md CPU entries 11 and 12).
 inline constexpr int64_t kStreamOutputBytes = int64_t(8) << 20;
 inline bool output_streamable(const AttentionParams& p) {
   return p.out_head_stride == p.head_dim &&
