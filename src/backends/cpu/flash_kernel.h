@@ -210,7 +210,7 @@ class FlashKernel {
         }
         for (int h = 0; h < heads; ++h) {
           Ops::store_row(p.out, p.dtype, token * p.out_token_stride + (item.head_begin + h) * p.out_head_stride,
-                    s.out_rows.data() + (int64_t(i) * heads + h) * g.d_t, p.head_dim);
+                         s.out_rows.data() + (int64_t(i) * heads + h) * g.d_t, p.head_dim);
         }
       }
     }
@@ -228,7 +228,7 @@ class FlashKernel {
       for (int h = 0; h < heads; ++h) {
         float* row = s.q_rows.data() + h * per_head + int64_t(i) * g.d_t;
         Ops::load_row(p.q, p.dtype, token * p.q_token_stride + (item.head_begin + h) * p.q_head_stride,
-                 p.head_dim, row);
+                      p.head_dim, row);
         std::fill(row + p.head_dim, row + g.d_t, 0.0f);
       }
     }

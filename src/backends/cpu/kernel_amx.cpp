@@ -313,12 +313,12 @@ void run_head(const AttentionParams& p, const WorkItem& item, const Geometry& g,
       accumulate(g, vp, live, s);
     }
 
+    const int heads = item.head_end - item.head_begin;
     for (int i = 0; i < rows; ++i) {
       const __m512 inv = _mm512_set1_ps(1.0f / s.l[i]);
       const int64_t token = g.start + q0 + i;
       uint16_t* out = g.stream
-          ? s.out.data() + ((q0 + i - item.row_begin) * (item.head_end - item.head_begin) + head - item.head_begin) *
-                               p.head_dim
+          ? s.out.data() + ((q0 + i - item.row_begin) * heads + head - item.head_begin) * p.head_dim
           : static_cast<uint16_t*>(p.out) + token * p.out_token_stride + head * p.out_head_stride;
       for (int c = 0; c < p.head_dim; c += 16) {
         const __m512 o = _mm512_mul_ps(_mm512_loadu_ps(s.o.data() + int64_t(i) * g.d_v + c), inv);
@@ -366,7 +366,7 @@ void run_item(const AttentionParams& p, const WorkItem& item, bool stream, NextI
   g.stream = stream;
   const int heads = item.head_end - item.head_begin;
   if (g.stream) s.out.resize((item.row_end - item.row_begin) * heads * p.head_dim);
-  if (!g.q_direct) s.q.resize((item.head_end - item.head_begin) * g.q_stride);  // rows_pad x d_qk per head
+  if (!g.q_direct) s.q.resize(heads * g.q_stride);  // rows_pad x d_qk per head
   s.kt.resize(g.kv_count * g.kt_stride);
   s.vp.resize(g.kv_count * g.vp_stride);
   s.p.resize(int64_t(BM) * BN);

@@ -18,7 +18,9 @@ struct Avx2Ops {
     const char* s = static_cast<const char*>(src);
     int64_t i = std::min<int64_t>(bytes, (32 - reinterpret_cast<uintptr_t>(d) % 32) % 32);
     std::memcpy(d, s, i);
-    for (; i + 32 <= bytes; i += 32) _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i)));
+    for (; i + 32 <= bytes; i += 32) {
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i)));
+    }
     std::memcpy(d + i, s + i, bytes - i);
   }
   static void fence() { _mm_sfence(); }
