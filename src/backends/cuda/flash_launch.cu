@@ -42,8 +42,8 @@ bool env_is(const char* name, std::string_view value) {
 template <typename T, int kHeadDimPad>
 cudaError_t launch(const KernelParams& kp, int64_t max_seqlen, dim3 grid, cudaStream_t stream) {
   static const bool two_m_tiles = env_is("VISATTN_CUDA_ROWS_PER_WARP", "32");
-  const bool one_stage =
-      env_is("VISATTN_CUDA_STAGES", "1") || max_seqlen <= TileConfig<kHeadDimPad, 1, 2>::kKeys;
+  static const bool forced_one_stage = env_is("VISATTN_CUDA_STAGES", "1");  // read once, not per call
+  const bool one_stage = forced_one_stage || max_seqlen <= TileConfig<kHeadDimPad, 1, 2>::kKeys;
   if constexpr (kHeadDimPad <= 128) {
     if (two_m_tiles) {
       return one_stage ? launch_tiles<T, kHeadDimPad, 2, 1>(kp, grid, stream)

@@ -51,6 +51,7 @@ __device__ inline void fence_operands(uint32_t (&fragments)[N][4]) {
 template <typename T, int N>
 struct Wgmma;
 
+// d (+)= A B, A [64 x 16] in registers (mma.sync A-fragment layout), B [16 x N] MN-major.
 #define VISATTN_WGMMA_RS_N64(TY)                                                              \
   __device__ static void rs_mn(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) { \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                 \
