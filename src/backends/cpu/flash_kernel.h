@@ -184,6 +184,7 @@ class FlashKernel {
     const int heads = item.head_end - item.head_begin;
     if (Mma::kStagedQ) s.q_rows.resize(int64_t(heads) * kGroupRows * g.d_t);
     s.out_rows.resize(int64_t(kGroupRows) * heads * g.d_t);
+    if (stream && p.dtype != DType::f32) s.out_row16.resize(int64_t(heads) * p.head_dim);
     Mma::pack_k(p, g.start + g.key_begin, g.keys, g.keys_pad, kv_begin, kv_count, g.d_pad, s.k.data());
     Mma::pack_v(p, g.start + g.key_begin, g.keys, g.keys_pad, kv_begin, kv_count, g.d_pad, s.v.data());
     for (int64_t r0 = item.row_begin; r0 < item.row_end; r0 += kGroupRows) {
@@ -202,7 +203,6 @@ class FlashKernel {
           if (p.dtype == DType::f32) {
             Ops::stream_bytes(static_cast<float*>(p.out) + first, row, int64_t(n) * 4);
           } else {
-            s.out_row16.resize(n);
             Ops::store_row(s.out_row16.data(), p.dtype, 0, row, n);
             Ops::stream_bytes(static_cast<uint16_t*>(p.out) + first, s.out_row16.data(), int64_t(n) * 2);
           }
