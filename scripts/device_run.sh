@@ -6,7 +6,8 @@
 # Knobs (environment): QUICK=1 runs 100 check cases and skips ctest, compute-sanitizer and
 # pytest (kernel iterations); SKIP_CPU_BENCH=1; SKIP_GPU_BENCH=1 (attention; the layer bench runs);
 # SKIP_SANITIZER=1; PROFILE=workload[,..] adds an Nsight Compute
-# report of one cuda kernel launch per workload (ncu_<workload>.txt); BENCH_ARGS go to bench/gpu_bench.py;
+# report of one cuda kernel launch per workload (ncu_<workload>.txt); PROFILE_SOURCE=workload[,..]
+# its stall samples per SASS instruction (logs/source_<workload>.csv); BENCH_ARGS go to bench/gpu_bench.py;
 # VARIANTS (below) benches kernel variants picked by environment variables; VARIANTS_ONLY=1 skips
 # every check and bench but those (kernel experiments); CROSSOVER=1 benches cuda against cudnn
 # by image length.
@@ -147,6 +148,18 @@ if [ -n "${PROFILE:-}" ]; then
       "$OUT/ncu_$workload.txt" | head -40
   done
 fi
+
+# PROFILE_SOURCE=workload[,..]: where one cuda kernel launch's warps stall, per SASS instruction
+# (ncu's source page as CSV in the logs: sampled stall reasons by instruction).
+PROFILE_SOURCE=${PROFILE_SOURCE:-}
+for workload in ${PROFILE_SOURCE//,/ }; do
+  log "ncu source counters: one cuda kernel launch of $workload"
+  ncu --kernel-name regex:flash_fwd --launch-skip 3 --launch-count 1 --section WarpStateStats --section SourceCounters \
+    -o "$LOGS/source_$workload" python3 bench/gpu_bench.py --workloads bench/public_workloads.json \
+    --backends cuda --only "$workload" > "$LOGS/source_$workload.log" 2>&1
+  ncu -i "$LOGS/source_$workload.ncu-rep" --page source --csv --print-source sass > "$LOGS/source_$workload.csv" 2>&1
+  echo "source_$workload.csv: $(wc -l < "$LOGS/source_$workload.csv") lines" | tee -a "$OUT/summary.txt"
+done
 
 if [ -z "${SKIP_CPU_BENCH:-}" ]; then
   log "bench (cpu backend on this host's CPU)"
