@@ -55,8 +55,8 @@ constexpr int kMaxShared = 227 * 1024;           // per block on sm90
 
 // Shared memory of head dim D (padded) and key blocks of kKeys (S is m64 x kKeys per
 // warpgroup): each warpgroup's Q, then the stages (K, then V), each a tile of 128-byte rows (64
-// elements) per 64-column atom of the head dim; then the barriers. As many stages as fit, up
-// to 4.
+// elements) per 64-column atom of the head dim; then the barriers and a word per consumer warp
+// (the softmax's pin, below). As many stages as fit, up to 4.
 template <int D>
 struct Tiles {
   static constexpr int kAtoms = (D + 63) / 64;
@@ -68,8 +68,10 @@ struct Tiles {
                                      ? (kMaxShared - kStagesOffset - 128) / kStageBytes
                                      : 4;
   static constexpr int kBarriersOffset = kStagesOffset + kStages * kStageBytes;
-  static constexpr int kBytes = kBarriersOffset + (2 + 2 * kStages) * 8;
-  static_assert(kStages >= 2 && kBytes <= kMaxShared, "the tiles fit an H100's shared memory");
+  static constexpr int kPinsOffset = kBarriersOffset + (2 + 2 * kStages) * 8;
+  static constexpr int kBytes = kPinsOffset + kConsumerThreads / 32 * 4;
+  static_assert(kStages >= 2 && kBytes <= kMaxShared && kBytes - kBarriersOffset <= 128,
+                "the tiles fit an H100's shared memory, the barriers and pins the 128 bytes kept for them");
 };
 
 // Byte offset of 16-byte chunk c (columns 8c..8c+7) of row r in a swizzled tile of `rows` rows.
@@ -100,7 +102,7 @@ __device__ inline void load_swizzled(unsigned char* tile, const T* base, int64_t
   }
 }
 
-template <typename T, int D>
+template <typename T, int D, bool kPin>  // kPin: experiment knob (VISATTN_CUDA_SM90_PIN=0), to be removed
 __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const KernelParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Layout = Tiles<D>;
@@ -206,12 +208,12 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
   // S = Q Kᵀ of key block n (not waited for). The first k-step overwrites s.
   // Descriptors of Q and of stage 0's K and V, made once: a tile `b` bytes further is the
   // descriptor plus b / 16 (its address field), so the wgmma loops add constants.
-  const uint64_t q_desc = sm90::descriptor(q_tile, 16, 1024);
-  const uint64_t k_desc = sm90::descriptor(stages, 16, 1024);
-  const uint64_t v_desc = sm90::descriptor(stages + Layout::kKVBytes, kKeys * 128, 1024);
-  auto stage_step = [](int n) { return uint64_t(n % kStages * (Layout::kStageBytes / 16)); };
+  const uint32_t q_desc = sm90::descriptor_low(q_tile, 16);
+  const uint32_t k_desc = sm90::descriptor_low(stages, 16);
+  const uint32_t v_desc = sm90::descriptor_low(stages + Layout::kKVBytes, kKeys * 128);
+  auto stage_step = [](int n) { return uint32_t(n % kStages * (Layout::kStageBytes / 16)); };
   auto issue_s = [&](int n) {
-    const uint64_t k_n = k_desc + stage_step(n);
+    const uint32_t k_n = k_desc + stage_step(n);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const int atom = kk / 4, inside = kk % 4 * 32;  // 64-column atom, bytes into its 128-byte rows
@@ -222,7 +224,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
   };
   // O += P V of key block n (not waited for).
   auto issue_pv = [&](int n) {
-    const uint64_t v_n = v_desc + stage_step(n);
+    const uint32_t v_n = v_desc + stage_step(n);
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) sm90::Wgmma<T, D>::rs_mn(o, p_now[kk], v_n + kk * 16 * 128 / 16, 1);
     sm90::wgmma_commit();
@@ -246,9 +248,14 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
 #pragma unroll
       for (int i = 0; i < kScores; ++i) s[i] *= pre;
     }
-    float block_max[2] = {-INFINITY, -INFINITY}, row_base[2];
+    // Four partial maxima per row: four chains of FMNMX, a quarter as long as one.
+    float partial[2][4], block_max[2], row_base[2];
 #pragma unroll
-    for (int i = 0; i < kScores; ++i) block_max[i % 4 / 2] = fmaxf(block_max[i % 4 / 2], s[i]);
+    for (int h = 0; h < 2; ++h) partial[h][0] = partial[h][1] = partial[h][2] = partial[h][3] = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kScores; ++i) partial[i % 4 / 2][i / 4 % 4] = fmaxf(partial[i % 4 / 2][i / 4 % 4], s[i]);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) block_max[h] = fmaxf(fmaxf(partial[h][0], partial[h][1]), fmaxf(partial[h][2], partial[h][3]));
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       fold_block_max(block_max[h] * post, row_max[h], row_sum[h], row_base[h], row_scale[h]);
@@ -258,6 +265,15 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
       s[i] = exp2_fast(fmaf(s[i], post, -row_base[i % 4 / 2]));
       row_sum[i % 4 / 2] += s[i];
     }
+  };
+  // ptxas moves wgmma.wait_group as early as it likes: left alone it waited for P V of block
+  // j - 1 before the softmax of block j, which then never ran under it (bench/NOTES.md CUDA
+  // entry 16). It does not move the wait above a shared-memory store, so lane 0 stores a value
+  // that needs every exponential of the softmax (the row sums) to this warp's word.
+  const uint32_t pin_word = static_cast<uint32_t>(__cvta_generic_to_shared(shared + Layout::kPinsOffset)) +
+                            4 * (threadIdx.x / 32);
+  auto pin_softmax = [&] {
+    if (kPin && lane == 0) asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(pin_word), "f"(row_sum[0] + row_sum[1]) : "memory");
   };
   // P (the exponentiated S) into P V's A fragments: two n-blocks of S are one k16 fragment.
   auto pack_p = [&] {
@@ -314,6 +330,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
         sm90::wgmma_wait<1>();  // S of block j; P V of block j - 1 still runs
         sm90::fence_operands(s);
         softmax(j);
+        pin_softmax();
         sm90::wgmma_wait<0>();
         sm90::fence_operands(o);
         sm90::fence_operands(p_now);
@@ -377,7 +394,8 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
 // bucket, so no more blocks than it.
 template <typename T, int D>
 cudaError_t launch(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
-  auto kernel = flash_fwd_sm90_kernel<T, D>;
+  static const bool no_pin = [] { const char* set = std::getenv("VISATTN_CUDA_SM90_PIN"); return set && set[0] == '0'; }();
+  auto kernel = no_pin ? flash_fwd_sm90_kernel<T, D, false> : flash_fwd_sm90_kernel<T, D, true>;
   constexpr int kBytes = Tiles<D>::kBytes;
   cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   int device = 0, sms = 0;
