@@ -3,8 +3,10 @@
 // SM takes one item (tile, head) per round of gridDim.x items, in a snake order.
 //   - a producer warpgroup (setmaxnreg: few registers) copies each item's Q and its K/V blocks
 //     of 128 keys (cp.async, 16-byte chunks straight into the 128-byte-swizzled layout wgmma
-//     reads) into a ring of stages; each stage's "full" barrier completes when its copies
-//     land, its "empty" barrier when both consumers are done with it (Q has such a pair too);
+//     reads) into a ring of stages; K and V of a stage each have a "full" barrier that
+//     completes when their copies land and an "empty" one when both consumers are done with
+//     them (K once S is done, V once P V is: the next K loads during the softmax); Q has such
+//     a pair too;
 //   - two consumer warpgroups own 64 query rows each and share every K/V stage. Each issues
 //     S = Q Kᵀ of key block j (m64n128k16 wgmmas, Q and K in shared memory) and then O += P V of
 //     block j - 1 (m64nDk16, P from registers, V in shared memory, MN-major) before it waits
@@ -64,14 +66,14 @@ struct Tiles {
   static constexpr int kKVBytes = kAtoms * kKeys * 128;
   static constexpr int kStageBytes = 2 * kKVBytes;
   static constexpr int kStagesOffset = kConsumers * kGroupQBytes;
-  static constexpr int kStages = (kMaxShared - kStagesOffset - 128) / kStageBytes < 4
-                                     ? (kMaxShared - kStagesOffset - 128) / kStageBytes
+  static constexpr int kStages = (kMaxShared - kStagesOffset - 256) / kStageBytes < 4
+                                     ? (kMaxShared - kStagesOffset - 256) / kStageBytes
                                      : 4;
   static constexpr int kBarriersOffset = kStagesOffset + kStages * kStageBytes;
-  static constexpr int kPinsOffset = kBarriersOffset + (2 + 2 * kStages) * 8;
+  static constexpr int kPinsOffset = kBarriersOffset + (2 + 4 * kStages) * 8;
   static constexpr int kBytes = kPinsOffset + kConsumerThreads / 32 * 4;
-  static_assert(kStages >= 2 && kBytes <= kMaxShared && kBytes - kBarriersOffset <= 128,
-                "the tiles fit an H100's shared memory, the barriers and pins the 128 bytes kept for them");
+  static_assert(kStages >= 2 && kBytes <= kMaxShared && kBytes - kBarriersOffset <= 256,
+                "the tiles fit an H100's shared memory, the barriers and pins the 256 bytes kept for them");
 };
 
 // Byte offset of 16-byte chunk c (columns 8c..8c+7) of row r in a swizzled tile of `rows` rows.
@@ -112,8 +114,10 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
   unsigned char* stages = shared + Layout::kStagesOffset;
   uint64_t* q_full = reinterpret_cast<uint64_t*>(shared + Layout::kBarriersOffset);
   uint64_t* q_empty = q_full + 1;
-  uint64_t* full = q_full + 2;        // [kStages]
-  uint64_t* empty = full + kStages;   // [kStages]
+  uint64_t* full_k = q_full + 2;         // [kStages] each
+  uint64_t* full_v = full_k + kStages;
+  uint64_t* empty_k = full_v + kStages;
+  uint64_t* empty_v = empty_k + kStages;
 
   BlockWork w;
   if (!block_work(p, kRows, blockIdx.x, w)) return;  // the block's first item
@@ -121,8 +125,10 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
     mbarrier::init(q_full, kProducerThreads);
     mbarrier::init(q_empty, 4 * kConsumers);
     for (int s = 0; s < kStages; ++s) {
-      mbarrier::init(&full[s], kProducerThreads);  // each producer thread, as its copies land
-      mbarrier::init(&empty[s], 4 * kConsumers);  // every consumer warp
+      mbarrier::init(&full_k[s], kProducerThreads);  // each producer thread, as its copies land
+      mbarrier::init(&full_v[s], kProducerThreads);
+      mbarrier::init(&empty_k[s], 4 * kConsumers);  // every consumer warp
+      mbarrier::init(&empty_v[s], 4 * kConsumers);
     }
   }
   __syncthreads();
@@ -154,13 +160,16 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
       const int blocks = key_blocks();
       for (int j = 0; j < blocks; ++j, ++n) {
         const int stage = n % kStages, kb = w.key_begin + j * kKeys, valid = min(kKeys, w.key_end - kb);
-        if (n >= kStages) mbarrier::wait(&empty[stage], (n / kStages - 1) & 1);  // its last round was read
+        const int parity = (n / kStages - 1) & 1;  // of the stage's last round, read by then
         unsigned char* k_tile = stages + stage * Layout::kStageBytes;
+        if (n >= kStages) mbarrier::wait(&empty_k[stage], parity);
         load_swizzled<T, D, kKeys>(k_tile, k, kb, valid, p.k_token_stride, w.kv_head * p.k_head_stride,
                                    p.head_dim, thread);
+        mbarrier::arrive_on_copies(&full_k[stage]);
+        if (n >= kStages) mbarrier::wait(&empty_v[stage], parity);
         load_swizzled<T, D, kKeys>(k_tile + Layout::kKVBytes, v, kb, valid, p.v_token_stride,
                                    w.kv_head * p.v_head_stride, p.head_dim, thread);
-        mbarrier::arrive_on_copies(&full[stage]);
+        mbarrier::arrive_on_copies(&full_v[stage]);
       }
       n %= 2 * kStages;  // stage and parity repeat with this period: n stays small
       if (!next_item(round)) break;
@@ -174,12 +183,14 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
   const int group = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int quad = lane % 4, first_row = group * kGroupRows + 16 * warp + lane / 4;
   const unsigned char* q_tile = shared + group * Layout::kGroupQBytes;
-  auto wait_full = [&](int n) { mbarrier::wait(&full[n % kStages], (n / kStages) & 1); };
+  auto wait_k = [&](int n) { mbarrier::wait(&full_k[n % kStages], (n / kStages) & 1); };
+  auto wait_v = [&](int n) { mbarrier::wait(&full_v[n % kStages], (n / kStages) & 1); };
   auto release = [&](uint64_t* barrier) {  // this warp is done with what the barrier guards
     __syncwarp();
     if (lane == 0) mbarrier::arrive(barrier);
   };
-  auto release_stage = [&](int n) { release(&empty[n % kStages]); };
+  auto release_k = [&](int n) { release(&empty_k[n % kStages]); };
+  auto release_v = [&](int n) { release(&empty_v[n % kStages]); };
   // Turns: the two warpgroups take turns issuing their wgmmas (named barriers 2 and 3: a
   // warpgroup's turn begins when the other's last turn has ended), so that one's softmax runs
   // under the other's matrix work instead of both contending for the tensor cores at once.
@@ -194,6 +205,9 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
     else asm volatile("bar.arrive 2, %0;\n" ::"n"(kConsumerThreads) : "memory");
   };
   auto empty_turn = [&] { turn_begin(), turn_end(); };
+  // A key block no row of this warpgroup sees: its copies are waited for (so that the release
+  // cannot run ahead of them) and released, and its turn passes.
+  auto pass_block = [&](int n) { wait_k(n), wait_v(n), release_k(n), release_v(n), empty_turn(); };
   if (group == 1) turn_end();  // warpgroup 0 takes the first turn
 
   const bool windowed = p.window_left >= 0 || p.window_right >= 0;
@@ -307,9 +321,9 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
 
     // Every warp waits for the item's Q, so that its "empty" arrival cannot run ahead of it.
     mbarrier::wait(q_full, round & 1);
-    for (int j = 0; j < own_begin; ++j) wait_full(n + j), release_stage(n + j), empty_turn();
+    for (int j = 0; j < own_begin; ++j) pass_block(n + j);
     if (own_begin < own_end) {
-      wait_full(n + own_begin);
+      wait_k(n + own_begin);
       sm90::fence_async_shared();  // the copies, visible to the tensor cores' reads
       turn_begin();
       sm90::wgmma_fence();
@@ -317,10 +331,12 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
       turn_end();
       sm90::wgmma_wait<0>();
       sm90::fence_operands(s);
+      release_k(n + own_begin);
       softmax(own_begin);  // O is zero: nothing to rescale
       pack_p();
       for (int j = own_begin + 1; j < own_end; ++j) {
-        wait_full(n + j);
+        wait_k(n + j);
+        wait_v(n + j - 1);
         sm90::fence_async_shared();
         turn_begin();
         sm90::wgmma_fence();
@@ -329,12 +345,13 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
         turn_end();
         sm90::wgmma_wait<1>();  // S of block j; P V of block j - 1 still runs
         sm90::fence_operands(s);
+        release_k(n + j);
         softmax(j);
         pin_softmax();
         sm90::wgmma_wait<0>();
         sm90::fence_operands(o);
         sm90::fence_operands(p_now);
-        release_stage(n + j - 1);
+        release_v(n + j - 1);
         // Once a row's maximum has settled, its scale is exactly 1: most blocks skip this.
         if (__any_sync(0xffffffffu, row_scale[0] != 1.0f || row_scale[1] != 1.0f)) {
 #pragma unroll
@@ -343,6 +360,8 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
         pack_p();
       }
       release(q_empty);  // every S of the item is done: the producer may load the next Q
+      wait_v(n + own_end - 1);
+      sm90::fence_async_shared();
       turn_begin();
       sm90::wgmma_fence();
       issue_pv(n + own_end - 1);
@@ -350,12 +369,12 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
       sm90::wgmma_wait<0>();
       sm90::fence_operands(o);
       sm90::fence_operands(p_now);
-      release_stage(n + own_end - 1);
+      release_v(n + own_end - 1);
     } else {
       release(q_empty);
       empty_turn();
     }
-    for (int j = own_end; j < blocks; ++j) wait_full(n + j), release_stage(n + j), empty_turn();
+    for (int j = own_end; j < blocks; ++j) pass_block(n + j);
     n = (n + blocks) % (2 * kStages);  // as the producer counts
 
     float inverse[2];
