@@ -160,18 +160,21 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
       const int blocks = key_blocks();
       for (int j = 0; j < blocks; ++j, ++n) {
         const int stage = n % kStages, kb = w.key_begin + j * kKeys, valid = min(kKeys, w.key_end - kb);
-        const int parity = (n / kStages - 1) & 1;  // of the stage's last round, read by then
+        // The stage's previous round (this round's parity flipped) must have been read. Waited
+        // for in every round: a new barrier counts the phase before its first as complete, and
+        // n is reduced at each item's end (below), so n < kStages is no first round.
+        const int parity = (n / kStages & 1) ^ 1;
         unsigned char* k_tile = stages + stage * Layout::kStageBytes;
-        if (n >= kStages) mbarrier::wait(&empty_k[stage], parity);
+        mbarrier::wait(&empty_k[stage], parity);
         load_swizzled<T, D, kKeys>(k_tile, k, kb, valid, p.k_token_stride, w.kv_head * p.k_head_stride,
                                    p.head_dim, thread);
         mbarrier::arrive_on_copies(&full_k[stage]);
-        if (n >= kStages) mbarrier::wait(&empty_v[stage], parity);
+        mbarrier::wait(&empty_v[stage], parity);
         load_swizzled<T, D, kKeys>(k_tile + Layout::kKVBytes, v, kb, valid, p.v_token_stride,
                                    w.kv_head * p.v_head_stride, p.head_dim, thread);
         mbarrier::arrive_on_copies(&full_v[stage]);
       }
-      n %= 2 * kStages;  // stage and parity repeat with this period: n stays small
+      n %= 2 * kStages;  // stage and parity repeat with this period: n stays small (the consumers do the same)
       if (!next_item(round)) break;
     }
     cp_async_wait_all();
