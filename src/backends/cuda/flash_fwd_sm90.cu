@@ -9,9 +9,9 @@
 //     a pair too;
 //   - two consumer warpgroups own 64 query rows each and share every K/V stage. Each issues
 //     S = Q Kᵀ of key block j (m64n128k16 wgmmas, Q and K in shared memory) and then O += P V of
-//     block j - 1 (m64nDk16, P from registers, V in shared memory, MN-major) before it waits
-//     for S alone: the softmax of block j runs while the tensor cores work on P V. The two
-//     take turns issuing (ping-pong), so that one's softmax also runs under the other's MMAs;
+//     block j - 1 (m64nDk16, P from registers, V in shared memory, MN-major) in one issue. The
+//     two take turns issuing (ping-pong), so that one's softmax runs under the other's MMAs
+//     (ptxas waits for P V before the softmax; see the loop);
 //   - the producer loads the next item's Q and K/V while the consumers finish this one, and
 //     the consumers store O straight from registers.
 //   - Warpgroups whose rows see none of a key block (packed images, windows) let it pass.
@@ -57,8 +57,8 @@ constexpr int kMaxShared = 227 * 1024;           // per block on sm90
 
 // Shared memory of head dim D (padded) and key blocks of kKeys (S is m64 x kKeys per
 // warpgroup): each warpgroup's Q, then the stages (K, then V), each a tile of 128-byte rows (64
-// elements) per 64-column atom of the head dim; then the barriers and a word per consumer warp
-// (the softmax's pin, below). As many stages as fit, up to 4.
+// elements) per 64-column atom of the head dim; then the barriers. As many stages as fit, up
+// to 4.
 template <int D>
 struct Tiles {
   static constexpr int kAtoms = (D + 63) / 64;
@@ -70,10 +70,9 @@ struct Tiles {
                                      ? (kMaxShared - kStagesOffset - 256) / kStageBytes
                                      : 4;
   static constexpr int kBarriersOffset = kStagesOffset + kStages * kStageBytes;
-  static constexpr int kPinsOffset = kBarriersOffset + (2 + 4 * kStages) * 8;
-  static constexpr int kBytes = kPinsOffset + kConsumerThreads / 32 * 4;
+  static constexpr int kBytes = kBarriersOffset + (2 + 4 * kStages) * 8;
   static_assert(kStages >= 2 && kBytes <= kMaxShared && kBytes - kBarriersOffset <= 256,
-                "the tiles fit an H100's shared memory, the barriers and pins the 256 bytes kept for them");
+                "the tiles fit an H100's shared memory, the barriers the 256 bytes kept for them");
 };
 
 // Byte offset of 16-byte chunk c (columns 8c..8c+7) of row r in a swizzled tile of `rows` rows.
@@ -104,7 +103,7 @@ __device__ inline void load_swizzled(unsigned char* tile, const T* base, int64_t
   }
 }
 
-template <typename T, int D, bool kPin>  // kPin: experiment knob (VISATTN_CUDA_SM90_PIN=0), to be removed
+template <typename T, int D>
 __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const KernelParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Layout = Tiles<D>;
@@ -283,15 +282,6 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
       row_sum[i % 4 / 2] += s[i];
     }
   };
-  // ptxas moves wgmma.wait_group as early as it likes: left alone it waited for P V of block
-  // j - 1 before the softmax of block j, which then never ran under it (bench/NOTES.md CUDA
-  // entry 16). It does not move the wait above a shared-memory store, so lane 0 stores a value
-  // that needs every exponential of the softmax (the row sums) to this warp's word.
-  const uint32_t pin_word = static_cast<uint32_t>(__cvta_generic_to_shared(shared + Layout::kPinsOffset)) +
-                            4 * (threadIdx.x / 32);
-  auto pin_softmax = [&] {
-    if (kPin && lane == 0) asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(pin_word), "f"(row_sum[0] + row_sum[1]) : "memory");
-  };
   // P (the exponentiated S) into P V's A fragments: two n-blocks of S are one k16 fragment.
   auto pack_p = [&] {
 #pragma unroll
@@ -350,7 +340,9 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
         sm90::fence_operands(s);
         release_k(n + j);
         softmax(j);
-        pin_softmax();
+        // ptxas hoists this wait above the softmax (the PTX has it below): the softmax runs
+        // after P V of block j - 1, under the other warpgroup's matrix work only. Keeping it
+        // below (a shared store in between pins it) lost 1-4% (bench/NOTES.md CUDA entry 16).
         sm90::wgmma_wait<0>();
         sm90::fence_operands(o);
         sm90::fence_operands(p_now);
@@ -416,8 +408,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
 // bucket, so no more blocks than it.
 template <typename T, int D>
 cudaError_t launch(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
-  static const bool no_pin = [] { const char* set = std::getenv("VISATTN_CUDA_SM90_PIN"); return set && set[0] == '0'; }();
-  auto kernel = no_pin ? flash_fwd_sm90_kernel<T, D, false> : flash_fwd_sm90_kernel<T, D, true>;
+  auto kernel = flash_fwd_sm90_kernel<T, D>;
   constexpr int kBytes = Tiles<D>::kBytes;
   cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   int device = 0, sms = 0;
