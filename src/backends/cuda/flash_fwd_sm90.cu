@@ -26,7 +26,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
-#include <type_traits>
 
 #include "backends/cuda/block_work.cuh"
 #include "backends/cuda/flash_params.h"
@@ -104,7 +103,7 @@ __device__ inline void load_swizzled(unsigned char* tile, const T* base, int64_t
   }
 }
 
-template <typename T, int D, bool kKFirst>  // kKFirst: experiment (VISATTN_CUDA_SM90_KFIRST=1), to be removed
+template <typename T, int D>
 __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const KernelParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Layout = Tiles<D>;
@@ -158,28 +157,22 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
       }
       mbarrier::arrive_on_copies(q_full);
       const int blocks = key_blocks();
-      // K or V (the tile after K in a stage) of the item's key block j, block n of the ring.
-      auto load = [&](auto v_tile, int j, int n) {
-        constexpr bool is_v = decltype(v_tile)::value;
+      for (int j = 0; j < blocks; ++j, ++n) {
         const int stage = n % kStages, kb = w.key_begin + j * kKeys, valid = min(kKeys, w.key_end - kb);
         // The stage's previous round (this round's parity flipped) must have been read. Waited
         // for in every round: a new barrier counts the phase before its first as complete, and
         // n is reduced at each item's end (below), so n < kStages is no first round.
-        mbarrier::wait(is_v ? &empty_v[stage] : &empty_k[stage], (n / kStages & 1) ^ 1);
-        load_swizzled<T, D, kKeys>(stages + stage * Layout::kStageBytes + (is_v ? Layout::kKVBytes : 0),
-                                   is_v ? v : k, kb, valid, is_v ? p.v_token_stride : p.k_token_stride,
-                                   w.kv_head * (is_v ? p.v_head_stride : p.k_head_stride), p.head_dim, thread);
-        mbarrier::arrive_on_copies(is_v ? &full_v[stage] : &full_k[stage]);
-      };
-      constexpr std::false_type kK;
-      constexpr std::true_type kV;
-      for (int j = 0; j < blocks; ++j) {
-        load(kK, j, n + j);
-        if (!kKFirst) load(kV, j, n + j);
-        else if (j > 0) load(kV, j - 1, n + j - 1);
+        const int parity = (n / kStages & 1) ^ 1;
+        unsigned char* k_tile = stages + stage * Layout::kStageBytes;
+        mbarrier::wait(&empty_k[stage], parity);
+        load_swizzled<T, D, kKeys>(k_tile, k, kb, valid, p.k_token_stride, w.kv_head * p.k_head_stride,
+                                   p.head_dim, thread);
+        mbarrier::arrive_on_copies(&full_k[stage]);
+        mbarrier::wait(&empty_v[stage], parity);
+        load_swizzled<T, D, kKeys>(k_tile + Layout::kKVBytes, v, kb, valid, p.v_token_stride,
+                                   w.kv_head * p.v_head_stride, p.head_dim, thread);
+        mbarrier::arrive_on_copies(&full_v[stage]);
       }
-      if (kKFirst && blocks > 0) load(kV, blocks - 1, n + blocks - 1);
-      n += blocks;
       n %= 2 * kStages;  // stage and parity repeat with this period: n stays small (the consumers do the same)
       if (!next_item(round)) break;
     }
@@ -415,8 +408,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
 // bucket, so no more blocks than it.
 template <typename T, int D>
 cudaError_t launch(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
-  static const bool k_first = [] { const char* set = std::getenv("VISATTN_CUDA_SM90_KFIRST"); return set && set[0] == '1'; }();
-  auto kernel = k_first ? flash_fwd_sm90_kernel<T, D, true> : flash_fwd_sm90_kernel<T, D, false>;
+  auto kernel = flash_fwd_sm90_kernel<T, D>;
   constexpr int kBytes = Tiles<D>::kBytes;
   cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   int device = 0, sms = 0;
