@@ -19,8 +19,8 @@ namespace visattn::cuda::sm90 {
 // 8-row groups) and the 128-byte swizzle, the same for every operand here; the low word holds
 // the start address and the LBO, each in 16-byte units. A tile b bytes further is the low word
 // plus b / 16: the address field (14 bits) holds any shared address / 16 without carrying into
-// the LBO, so the wgmma loops step one 32-bit register, not a 64-bit pair (and ptxas moves one
-// word to a uniform register per wgmma instead of two, with the carry between them).
+// the LBO, so the wgmma loops step one 32-bit register, not a 64-bit pair with a carry (4-5
+// instructions per wgmma's descriptor instead of 6-9, read back in the SASS).
 constexpr uint32_t kDescriptorHigh = (1024 >> 4) | 1u << 30;
 __device__ inline uint32_t descriptor_low(const void* smem, uint32_t lbo) {
   const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
