@@ -6,7 +6,11 @@
 For every kernel in the dump: the smallest backward-branch loop that holds HGMMA (wgmma) or
 HMMA (mma.sync) instructions, its instruction count and its most frequent opcodes. A kernel
 whose issue slots run out before its tensor cores are busy shows here as a long loop (bench/
-NOTES.md CUDA entry 11: 809 instructions per 64 keys before, ~470 after). Where the build
+NOTES.md CUDA entry 11: 809 instructions per 64 keys before, ~470 after). Also the cycles the
+compiler's own stall counts (each instruction's control bits) hold a warp for, summed over the
+loop body (every path, taken or not) and over the instructions right after a MUFU: a warp's
+issue pacing before any wait on memory, barriers or the tensor cores (entry 16: each
+exponential paced at 8 cycles). Where the build
 machine has no cuobjdump, the CUDA wheels carry one: `pip download nvidia-cuda-cuobjdump
 nvidia-cuda-nvdisasm` and unzip them (cuobjdump runs nvdisasm from PATH).
 """
@@ -15,21 +19,26 @@ import collections
 import re
 import sys
 
-INSTRUCTION = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+INSTRUCTION = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;\s*/\* (0x[0-9a-f]{16}) \*/")
+HIGH_WORD = re.compile(r"^\s+/\* (0x[0-9a-f]{16}) \*/")
 BRANCH = re.compile(r"\bBRA\b.*?(0x[0-9a-f]+)")
 MMA = ("HGMMA", "HMMA")
 
 
 def kernels(lines):
-    """(name, [(address, instruction text)]) for each function of the dump."""
+    """(name, [(address, instruction text, stall cycles)]) for each function of the dump.
+    Stall cycles: bits 105-108 of the 128-bit instruction (sm70 and newer), whose high 64 bits
+    cuobjdump prints on the line after the instruction."""
     name, body = None, []
-    for line in lines:
+    for i, line in enumerate(lines):
         if "Function :" in line:
             if name:
                 yield name, body
             name, body = line.split("Function :")[1].strip(), []
         elif name and (match := INSTRUCTION.match(line)):
-            body.append((int(match.group(1), 16), match.group(2)))
+            high = HIGH_WORD.match(lines[i + 1]) if i + 1 < len(lines) else None
+            stall = (int(high.group(1), 16) >> 41) & 0xF if high else 0
+            body.append((int(match.group(1), 16), match.group(2), stall))
     if name:
         yield name, body
 
@@ -41,9 +50,9 @@ def opcode(text):
 
 def innermost_mma_loop(body):
     """The smallest [start, end] instruction range closed by a backward branch that holds an MMA."""
-    index = {address: i for i, (address, _) in enumerate(body)}
+    index = {address: i for i, (address, _, _) in enumerate(body)}
     best = None
-    for i, (address, text) in enumerate(body):
+    for i, (address, text, _) in enumerate(body):
         branch = BRANCH.search(text)
         if not branch:
             continue
@@ -51,7 +60,7 @@ def innermost_mma_loop(body):
         if target >= address or target not in index:
             continue
         loop = body[index[target]:i + 1]
-        if any(opcode(t).startswith(MMA) for _, t in loop) and (best is None or len(loop) < len(best)):
+        if any(opcode(t).startswith(MMA) for _, t, _ in loop) and (best is None or len(loop) < len(best)):
             best = loop
     return best
 
@@ -72,10 +81,13 @@ def main():
         if loop is None:
             continue
         found = True
-        counts = collections.Counter(opcode(t) for _, t in loop)
+        counts = collections.Counter(opcode(t) for _, t, _ in loop)
         mmas = sum(n for op, n in counts.items() if op.startswith(MMA))
         common = ", ".join(f"{op} {n}" for op, n in counts.most_common(args.top))
-        print(f"{name}\n  loop: {len(loop)} instructions, {mmas} MMA ({common})")
+        stalls = sum(stall for _, _, stall in loop)
+        after_mufu = sum(loop[k + 1][2] for k in range(len(loop) - 1) if opcode(loop[k][1]).startswith("MUFU"))
+        print(f"{name}\n  loop: {len(loop)} instructions, {mmas} MMA ({common})\n"
+              f"  stall counts (every path of the loop body): {stalls} cycles, {after_mufu} on the instructions after a MUFU")
     if not found:
         sys.exit(f"no kernel matching {args.kernel!r} has a loop with tensor-core instructions")
 
