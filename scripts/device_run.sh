@@ -137,13 +137,18 @@ if [ -n "${CROSSOVER:-}" ]; then
     --json "$OUT/bench_crossover.json" 2>> "$LOGS/gpu_bench_err.log" | tee -a "$OUT/summary.txt"
 fi
 
+# ncu ARGS... on the 4th cuda kernel launch of $workload's bench (past the warm-up).
+ncu_one_launch() {
+  ncu --kernel-name regex:flash_fwd --launch-skip 3 --launch-count 1 "$@" python3 bench/gpu_bench.py \
+    --workloads bench/public_workloads.json --backends cuda --only "$workload"
+}
+
 if [ -n "${PROFILE:-}" ]; then
   for workload in ${PROFILE//,/ }; do
     log "ncu: one cuda kernel launch of $workload"
-    ncu --kernel-name regex:flash_fwd --launch-skip 3 --launch-count 1 --section SpeedOfLight --section Occupancy \
-      --section LaunchStats --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
-      --section ComputeWorkloadAnalysis python3 bench/gpu_bench.py --workloads bench/public_workloads.json \
-      --backends cuda --only "$workload" > "$OUT/ncu_$workload.txt" 2>&1
+    ncu_one_launch --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+      --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+      > "$OUT/ncu_$workload.txt" 2>&1
     grep -E "Duration|Throughput|Achieved Occupancy|Registers|Stall|Issued Ipc|Warp Cycles|Block Limit|Grid Size" \
       "$OUT/ncu_$workload.txt" | head -40
   done
@@ -154,9 +159,8 @@ fi
 PROFILE_SOURCE=${PROFILE_SOURCE:-}
 for workload in ${PROFILE_SOURCE//,/ }; do
   log "ncu source counters: one cuda kernel launch of $workload"
-  ncu --kernel-name regex:flash_fwd --launch-skip 3 --launch-count 1 --section WarpStateStats --section SourceCounters \
-    -o "$LOGS/source_$workload" python3 bench/gpu_bench.py --workloads bench/public_workloads.json \
-    --backends cuda --only "$workload" > "$LOGS/source_$workload.log" 2>&1
+  ncu_one_launch --section WarpStateStats --section SourceCounters -o "$LOGS/source_$workload" \
+    > "$LOGS/source_$workload.log" 2>&1
   ncu -i "$LOGS/source_$workload.ncu-rep" --page source --csv --print-source sass > "$LOGS/source_$workload.csv" 2>&1
   echo "source_$workload.csv: $(wc -l < "$LOGS/source_$workload.csv") lines" | tee -a "$OUT/summary.txt"
 done

@@ -29,8 +29,9 @@ struct Avx2Ops {
     if (dtype != DType::f16) return cpu::load_row(base, dtype, offset, n, dst);
     const uint16_t* src = static_cast<const uint16_t*>(base) + offset;
     int c = 0;
-    for (; c + 8 <= n; c += 8)
+    for (; c + 8 <= n; c += 8) {
       _mm256_storeu_ps(dst + c, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + c))));
+    }
     cpu::load_row(src + c, dtype, 0, n - c, dst + c);
   }
   static void store_row(void* base, DType dtype, int64_t offset, const float* src, int n) {

@@ -66,13 +66,13 @@ struct Tiles {
   static constexpr int kKVBytes = kAtoms * kKeys * 128;
   static constexpr int kStageBytes = 2 * kKVBytes;
   static constexpr int kStagesOffset = kConsumers * kGroupQBytes;
-  static constexpr int kStages = (kMaxShared - kStagesOffset - 256) / kStageBytes < 4
-                                     ? (kMaxShared - kStagesOffset - 256) / kStageBytes
-                                     : 4;
+  static constexpr int kMaxStages = 4;
+  static constexpr int kBarrierBytes = (2 + 4 * kMaxStages) * 8;  // Q full/empty; K and V full/empty per stage
+  static constexpr int kFit = (kMaxShared - kStagesOffset - kBarrierBytes) / kStageBytes;
+  static constexpr int kStages = kFit < kMaxStages ? kFit : kMaxStages;
   static constexpr int kBarriersOffset = kStagesOffset + kStages * kStageBytes;
-  static constexpr int kBytes = kBarriersOffset + (2 + 4 * kStages) * 8;
-  static_assert(kStages >= 2 && kBytes <= kMaxShared && kBytes - kBarriersOffset <= 256,
-                "the tiles fit an H100's shared memory, the barriers the 256 bytes kept for them");
+  static constexpr int kBytes = kBarriersOffset + kBarrierBytes;
+  static_assert(kStages >= 2 && kBytes <= kMaxShared, "the tiles fit an H100's shared memory");
 };
 
 // Byte offset of 16-byte chunk c (columns 8c..8c+7) of row r in a swizzled tile of `rows` rows.
