@@ -12,8 +12,9 @@
 //     block j - 1 (m64nDk16, P from registers, V in shared memory, MN-major) in one issue. The
 //     two take turns issuing (ping-pong), so that one's softmax runs under the other's MMAs
 //     (ptxas waits for P V before the softmax; see the loop);
-//   - the producer loads the next item's Q and K/V while the consumers finish this one, and
-//     the consumers store O straight from registers.
+//   - the producer loads the next item's Q and K/V while the consumers finish this one; the
+//     consumers issue the next item's first S and then store this one's O from registers
+//     (packed), so that the stores run under that S.
 //   - Warpgroups whose rows see none of a key block (packed images, windows) let it pass.
 // Compiled for sm_90a only (its own object library in CMakeLists.txt); the host runs it on
 // compute capability 9.0 for head dims padded to 64, 80, 96 and 128 when the tensors allow
@@ -291,14 +292,18 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
     }
   };
 
+  // Begins item w (of `round`): its rows' keys and own blocks; waits for its Q, passes the
+  // blocks before its own and issues S of its first own block (not waited for). Called before
+  // the last item's output is stored, so that this S runs under those stores.
   int n = 0;  // n: key blocks of earlier items
-  for (int round = 0;; ++round) {
+  int blocks = 0, own_begin = 0, own_end = 0;
+  auto begin_item = [&](int round) {
     // This thread's two rows (slot h: first_row + 8 h) and the keys each sees; the key blocks
     // some row of this warpgroup sees, [own_begin, own_end).
 #pragma unroll
     for (int h = 0; h < 2; ++h) row_keys(p, w, first_row + 8 * h, key_min[h], key_max[h]);
-    const int blocks = key_blocks();
-    int own_begin = 0, own_end = 0;
+    blocks = key_blocks();
+    own_begin = own_end = 0;
     if (group * kGroupRows < w.rows) {
       int lo, hi, unused;
       row_keys(p, w, group * kGroupRows, lo, unused);
@@ -306,24 +311,74 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
       own_begin = max(0, (lo - w.key_begin) / kKeys);
       own_end = max(own_begin, min(blocks, (hi - w.key_begin + kKeys - 1) / kKeys));
     }
-    const float sink = p.sinks ? p.sinks[w.head * p.sinks_stride] * kLog2e : -INFINITY;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) row_max[h] = sink, row_sum[h] = p.sinks && quad == 0 ? 1.0f : 0.0f;
-#pragma unroll
-    for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
-
     // Every warp waits for the item's Q, so that its "empty" arrival cannot run ahead of it.
     mbarrier::wait(q_full, round & 1);
     for (int j = 0; j < own_begin; ++j) pass_block(n + j);
+    // Issued on every path (ptxas serializes every wgmma when one is in flight past a branch):
+    // a warpgroup without rows in the tile (own_begin = own_end = 0) computes S of block 0
+    // and drops it.
+    wait_k(n + own_begin);
+    sm90::fence_async_shared();  // the copies, visible to the tensor cores' reads
+    turn_begin();
+    sm90::wgmma_fence();
+    issue_s(n + own_begin);
+    turn_end();
+  };
+
+  // The last item's output, O / l packed to T pairs (registers no wgmma writes), stored under
+  // the next item's first S.
+  BlockWork done;
+  uint32_t packed[2][D / 8];
+  float lse_max[2], lse_sum[2];
+  auto pack_output = [&] {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
+      row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
+      const float inverse = row_sum[h] > 0.0f ? 1.0f / row_sum[h] : 0.0f;
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j) packed[h][j] = pack2<T>(o[4 * j + 2 * h] * inverse, o[4 * j + 2 * h + 1] * inverse);
+      lse_max[h] = row_max[h], lse_sum[h] = row_sum[h];
+    }
+    done = w;
+  };
+  auto store_output = [&] {
+    T* out = static_cast<T*>(p.out) + int64_t(done.q_begin) * p.out_token_stride + done.head * p.out_head_stride;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (first_row + 8 * h >= done.rows) continue;
+      T* row = out + (first_row + 8 * h) * p.out_token_stride;
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j) {
+        if (8 * j + 2 * quad < p.head_dim) *reinterpret_cast<uint32_t*>(row + 8 * j + 2 * quad) = packed[h][j];
+      }
+    }
+    if (quad == 0) {
+      for (int h = 0; h < 2; ++h) store_lse(p, done, first_row + 8 * h, lse_max[h], lse_sum[h]);
+    }
+  };
+  auto clear_o = [&] {
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+  };
+
+  for (int round = 0;; ++round) {
+    // One place issues each item's first S (ptxas serializes every wgmma when two do).
+    if (round > 0 && !next_item(round - 1)) {
+      store_output();
+      break;
+    }
+    begin_item(round);
+    if (round > 0) store_output();
+    const float sink = p.sinks ? p.sinks[w.head * p.sinks_stride] * kLog2e : -INFINITY;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) row_max[h] = sink, row_sum[h] = p.sinks && quad == 0 ? 1.0f : 0.0f;
+    // S of the first own block, issued by begin_item. Waited for on every path (nothing is in
+    // flight without an own block), else ptxas cannot tell and serializes every wgmma.
+    sm90::wgmma_wait<0>();
+    sm90::fence_operands(s);
     if (own_begin < own_end) {
-      wait_k(n + own_begin);
-      sm90::fence_async_shared();  // the copies, visible to the tensor cores' reads
-      turn_begin();
-      sm90::wgmma_fence();
-      issue_s(n + own_begin);
-      turn_end();
-      sm90::wgmma_wait<0>();
-      sm90::fence_operands(s);
+      clear_o();  // only now: O is no wgmma's while S is in flight (else ptxas serializes)
       release_k(n + own_begin);
       softmax(own_begin);  // O is zero: nothing to rescale
       pack_p();
@@ -365,38 +420,18 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
       sm90::fence_operands(o);
       sm90::fence_operands(p_now);
       release_v(n + own_end - 1);
-    } else {
+    } else {  // block 0's S was dropped: its turn is taken, its K and V are released
+      clear_o();
+      release_k(n);
+      wait_v(n);
+      release_v(n);
       release(q_empty);
       empty_turn();
     }
-    for (int j = own_end; j < blocks; ++j) pass_block(n + j);
+    for (int j = max(own_end, own_begin + 1); j < blocks; ++j) pass_block(n + j);
     n = (n + blocks) % (2 * kStages);  // as the producer counts
 
-    float inverse[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
-      row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
-      inverse[h] = row_sum[h] > 0.0f ? 1.0f / row_sum[h] : 0.0f;
-    }
-    // out = O / l straight from the registers: the stages already hold the next item's keys.
-    T* out = static_cast<T*>(p.out) + int64_t(w.q_begin) * p.out_token_stride + w.head * p.out_head_stride;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (first_row + 8 * h >= w.rows) continue;
-      T* row = out + (first_row + 8 * h) * p.out_token_stride;
-#pragma unroll
-      for (int j = 0; j < D / 8; ++j) {
-        if (8 * j + 2 * quad < p.head_dim) {
-          *reinterpret_cast<uint32_t*>(row + 8 * j + 2 * quad) =
-              pack2<T>(o[4 * j + 2 * h] * inverse[h], o[4 * j + 2 * h + 1] * inverse[h]);
-        }
-      }
-    }
-    if (quad == 0) {
-      for (int h = 0; h < 2; ++h) store_lse(p, w, first_row + 8 * h, row_max[h], row_sum[h]);
-    }
-    if (!next_item(round)) break;
+    pack_output();
   }
   if (group == 0) turn_begin();  // the last turn's end: no barrier is left half arrived
 #else
