@@ -119,9 +119,17 @@ class FlashKernel {
   static constexpr int kGroupRows = 4 * BM;
 
   // C[r][i] (+)= Σ_k A[k][i] · B[k·b_k + r·b_r], for R rows r and the BM lanes i.
+  // R x IV accumulators, IV A vectors and a broadcast must fit the ISA's vector registers: on
+  // AVX2 (16) four rows would keep two accumulators on the stack, a store-to-load chain every
+  // step, so the rows are done in two passes over A instead.
   template <int R>
   static void micro(const Elem* a, int64_t steps, const Elem* b, int64_t b_k, int64_t b_r,
                     float* c, bool accumulate) {
+    if constexpr (R > 1 && (R + 1) * IV + 1 > Ops::kRegisters) {
+      micro<R / 2>(a, steps, b, b_k, b_r, c, accumulate);
+      micro<R - R / 2>(a, steps, b + R / 2 * b_r, b_k, b_r, c + R / 2 * BM, accumulate);
+      return;
+    }
     V acc[R][IV];
     for (int r = 0; r < R; ++r)
       for (int v = 0; v < IV; ++v)

@@ -6,6 +6,7 @@ namespace visattn::cpu::VISATTN_CPU_ISA {
 
 struct Avx2Ops {
   static constexpr int W = 8;
+  static constexpr int kRegisters = 16;  // vector registers (FlashKernel::micro)
   using V = __m256;
 
   static V zero() { return _mm256_setzero_ps(); }

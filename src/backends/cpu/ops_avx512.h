@@ -6,6 +6,7 @@ namespace visattn::cpu::VISATTN_CPU_ISA {
 
 struct Avx512Ops {
   static constexpr int W = 16;
+  static constexpr int kRegisters = 32;  // vector registers (FlashKernel::micro)
   using V = __m512;
 
   static V zero() { return _mm512_setzero_ps(); }

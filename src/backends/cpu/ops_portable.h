@@ -7,6 +7,7 @@ namespace visattn::cpu::VISATTN_CPU_ISA {
 
 struct PortableOps {
   static constexpr int W = 8;
+  static constexpr int kRegisters = 32;  // FlashKernel::micro: plain arrays, no reason to split rows
   struct V {
     float lane[W];
   };
