@@ -137,6 +137,11 @@ class FlashKernel {
     for (int64_t k = 0; k < steps; ++k) {
       typename Mma::A av[IV];
       for (int v = 0; v < IV; ++v) av[v] = Mma::load_a(a + k * BM + v * W);
+      // Loaded once per step: where the compiler would fold the loads into every row's FMAs
+      // (AVX2, whose ports then carry twice the loads), the ISA pins them in registers.
+      if constexpr (requires(typename Mma::A x) { Ops::keep_in_register(x); }) {
+        for (int v = 0; v < IV; ++v) av[v] = Ops::keep_in_register(av[v]);
+      }
       for (int r = 0; r < R; ++r) {
         const typename Mma::B bv = Mma::broadcast(b + k * b_k + r * b_r);
         for (int v = 0; v < IV; ++v) acc[r][v] = Mma::madd(acc[r][v], av[v], bv);

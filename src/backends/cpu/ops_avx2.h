@@ -10,6 +10,12 @@ struct Avx2Ops {
   using V = __m256;
 
   static V zero() { return _mm256_setzero_ps(); }
+  // An empty asm that takes v in a register: the load before it cannot be folded into the
+  // instructions after it (FlashKernel::micro).
+  static V keep_in_register(V v) {
+    asm("" : "+x"(v));
+    return v;
+  }
   static V set1(float x) { return _mm256_set1_ps(x); }
   static V load(const float* p) { return _mm256_loadu_ps(p); }
   static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
