@@ -326,10 +326,9 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
   };
 
   // The last item's output, O / l packed to T pairs (registers no wgmma writes), stored under
-  // the next item's first S.
+  // the next item's first S (row_max and row_sum stay the last item's until then).
   BlockWork done;
   uint32_t packed[2][D / 8];
-  float lse_max[2], lse_sum[2];
   auto pack_output = [&] {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -338,7 +337,6 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
       const float inverse = row_sum[h] > 0.0f ? 1.0f / row_sum[h] : 0.0f;
 #pragma unroll
       for (int j = 0; j < D / 8; ++j) packed[h][j] = pack2<T>(o[4 * j + 2 * h] * inverse, o[4 * j + 2 * h + 1] * inverse);
-      lse_max[h] = row_max[h], lse_sum[h] = row_sum[h];
     }
     done = w;
   };
@@ -354,7 +352,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
       }
     }
     if (quad == 0) {
-      for (int h = 0; h < 2; ++h) store_lse(p, done, first_row + 8 * h, lse_max[h], lse_sum[h]);
+      for (int h = 0; h < 2; ++h) store_lse(p, done, first_row + 8 * h, row_max[h], row_sum[h]);
     }
   };
   auto clear_o = [&] {
