@@ -65,11 +65,15 @@ build/visattn check --backend cuda --cases "$([ -n "${QUICK:-}" ] && echo 100 ||
 log "check cuda, the sm80 kernel alone (VISATTN_CUDA_SM90=0)"
 VISATTN_CUDA_SM90=0 build/visattn check --backend cuda --cases 200 --seed 5 > "$LOGS/check_cuda_sm80.log" 2>&1; check_summary "$LOGS/check_cuda_sm80.log" 1
 
-log "check cuda, the sm90 (wgmma) kernel on every batch (VISATTN_CUDA_SM90=1) on 7 blocks; its SASS (HGMMA: warpgroup MMAs)"
+log "check cuda, the sm90 (wgmma) kernel on every batch (VISATTN_CUDA_SM90=1) on 7 blocks, 128-key and wide key blocks; its SASS (HGMMA: warpgroup MMAs)"
 # A timeout: a wrong barrier phase in a new kernel hangs instead of failing. Seven blocks: each
-# walks many items of the persistent grid (the full grid runs in the check above).
-VISATTN_CUDA_SM90=1 VISATTN_CUDA_SM90_GRID=7 timeout 300 build/visattn check --backend cuda --cases 200 --seed 9 > "$LOGS/check_cuda_sm90.log" 2>&1
-echo "rc=$?" >> "$LOGS/check_cuda_sm90.log"; check_summary "$LOGS/check_cuda_sm90.log" 2
+# walks many items of the persistent grid (the full grid runs in the check above). Each key
+# block size on every batch, whatever the lengths would pick.
+for keys in 128 wide; do
+  VISATTN_CUDA_SM90=1 VISATTN_CUDA_SM90_GRID=7 VISATTN_CUDA_SM90_KEYS=$keys timeout 300 build/visattn check --backend cuda \
+    --cases 200 --seed 9 > "$LOGS/check_cuda_sm90_$keys.log" 2>&1
+  echo "rc=$?" >> "$LOGS/check_cuda_sm90_$keys.log"; echo "keys $keys:" | tee -a "$OUT/summary.txt"; check_summary "$LOGS/check_cuda_sm90_$keys.log" 2
+done
 sm90_object=$(find build -name 'flash_fwd_sm90.cu.o' | head -1)
 [ -n "$sm90_object" ] && cuobjdump -sass "$sm90_object" > "$LOGS/sm90.sass" 2>&1 && \
   echo "sm90 SASS: $(grep -c HGMMA "$LOGS/sm90.sass") HGMMA, $(grep -c 'WARPGROUP.DEPBAR' "$LOGS/sm90.sass") WARPGROUP.DEPBAR, $(grep -c 'SYNCS' "$LOGS/sm90.sass") SYNCS (mbarrier)" | tee -a "$OUT/summary.txt" && \

@@ -181,6 +181,14 @@ bool vector_io(const AttentionParams& p) {
          std::all_of(std::begin(strides), std::end(strides), [](int64_t s) { return s % 8 == 0; });
 }
 
+// The kernel's head dim for `head_dim`: the smallest compiled one that holds it; 0 past 256.
+int padded_head_dim(int head_dim) {
+  for (int d : Sm80HeadDims::kDims) {
+    if (d >= head_dim) return d;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int compute_capability(int device) {
@@ -268,9 +276,16 @@ std::string describe() {
   return concat("mma.sync tensor-core tiles (sm80+)",
 #if VISATTN_WITH_SM90A
                 "; on sm90 warp-specialized wgmma tiles of 128 rows (head dims 64-128, 16-byte aligned tensors, "
-                "an image longer than 128 tokens; VISATTN_CUDA_SM90=0 turns them off)",
+                "an image longer than 128 tokens; VISATTN_CUDA_SM90=0 turns them off) and 128 keys, 176 or 192 "
+                "where the images' lengths pad them little",
 #endif
                 "; tiles heaviest first, short images packed; head_dim rounded up to 32/64/80/96/128/256");
+}
+
+bool runs_sm90(const AttentionParams& p) {
+  const int padded = padded_head_dim(p.head_dim);
+  return padded > 0 && kernel_for(vector_io(p), padded, compute_capability(p.device.index), p.max_seqlen,
+                                  p.cu_seqlens, p.num_images) != Kernel::sm80;
 }
 
 void run(const AttentionParams& p) {
@@ -281,11 +296,8 @@ void run(const AttentionParams& p) {
     fail(ErrorCode::unsupported, "backend='cuda': ", device_name(p.device), " is sm", cc,
          "; the kernel needs sm80 or newer");
   }
-  const int* padded = std::find_if(std::begin(Sm80HeadDims::kDims), std::end(Sm80HeadDims::kDims),
-                                   [&](int d) { return d >= p.head_dim; });
-  if (padded == std::end(Sm80HeadDims::kDims)) {
-    fail(ErrorCode::unsupported, "backend='cuda': head_dim ", p.head_dim, " is larger than 256");
-  }
+  const int padded = padded_head_dim(p.head_dim);
+  if (padded == 0) fail(ErrorCode::unsupported, "backend='cuda': head_dim ", p.head_dim, " is larger than 256");
   // Token indices are 32-bit in the kernel, with room for one key block past the end.
   if (const int64_t tokens = p.cu_seqlens[p.num_images]; tokens > INT32_MAX - 256) {
     fail(ErrorCode::unsupported, "backend='cuda': ", tokens, " tokens in one call; at most ",
@@ -306,8 +318,8 @@ void run(const AttentionParams& p) {
   kp.cu_seqlens = reinterpret_cast<const int32_t*>(buffer + prepared->layout.cu_offset);
   // Each kernel walks the schedule of its tile rows (see Layout).
   kp.vector_io = vector_io(p);
-  const Kernel kernel = kernel_for(kp.vector_io, *padded, cc, p.max_seqlen);
-  const bool wide = kernel == Kernel::sm90;
+  const Kernel kernel = kernel_for(kp.vector_io, padded, cc, p.max_seqlen, p.cu_seqlens, p.num_images);
+  const bool wide = kernel != Kernel::sm80;  // the sm90 kernel's 128-row tiles
   kp.schedule = reinterpret_cast<const Tile*>(
       buffer + (wide ? prepared->layout.wide_schedule_offset : prepared->layout.schedule_offset));
   kp.tile_count = reinterpret_cast<const int32_t*>(buffer) + (wide ? 1 : 0);
@@ -324,7 +336,7 @@ void run(const AttentionParams& p) {
          " heads exceed the 2^31 - 1 blocks of one launch (split the batch)");
   }
   const dim3 grid{unsigned(blocks)};
-  check(launch_flash_forward(kernel, kp, p.dtype == DType::bf16, *padded, p.max_seqlen, grid, stream), "kernel launch");
+  check(launch_flash_forward(kernel, kp, p.dtype == DType::bf16, padded, p.max_seqlen, grid, stream), "kernel launch");
   lease.finish();
 }
 

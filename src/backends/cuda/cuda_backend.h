@@ -17,6 +17,7 @@ void update(DeviceMetadata& prepared, const VarlenBatch& batch, void* stream);
 int metadata_device(const DeviceMetadata& prepared);
 
 void run(const AttentionParams& params);
+bool runs_sm90(const AttentionParams& params);  // whether run() would take the sm90 (wgmma) kernel
 std::string unavailable_reason();  // empty when a usable GPU is present
 std::string describe();            // the GPUs and the kernel that runs
 std::vector<std::string> gpu_names();

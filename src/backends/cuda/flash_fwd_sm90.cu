@@ -2,13 +2,13 @@
 // products on warpgroup MMAs, over the 128-row tile schedule. A persistent grid: one block per
 // SM takes one item (tile, head) per round of gridDim.x items, in a snake order.
 //   - a producer warpgroup (setmaxnreg: few registers) copies each item's Q and its K/V blocks
-//     of 128 keys (cp.async, 16-byte chunks straight into the 128-byte-swizzled layout wgmma
+//     of 128 keys or sm90_wide_keys(D) (cp.async, 16-byte chunks straight into the 128-byte-swizzled layout wgmma
 //     reads) into a ring of stages; K and V of a stage each have a "full" barrier that
 //     completes when their copies land and an "empty" one when both consumers are done with
 //     them (K once S is done, V once P V is: the next K loads during the softmax); Q has such
 //     a pair too;
 //   - two consumer warpgroups own 64 query rows each and share every K/V stage. Each issues
-//     S = Q Kᵀ of key block j (m64n128k16 wgmmas, Q and K in shared memory) and then O += P V of
+//     S = Q Kᵀ of key block j (m64nKk16 wgmmas, Q and K in shared memory) and then O += P V of
 //     block j - 1 (m64nDk16, P from registers, V in shared memory, MN-major) in one issue. The
 //     two take turns issuing (ping-pong), so that one's softmax runs under the other's MMAs
 //     (ptxas waits for P V before the softmax; see the loop);
@@ -43,9 +43,10 @@ namespace {
 constexpr int kRows = kWideTileRows;  // query rows per block
 constexpr int kGroupRows = 64;        // per consumer warpgroup: 4 warps x 16
 constexpr int kConsumers = kRows / kGroupRows;
-// Keys per block: 128 was faster than 64 on every workload but 64-token windows, which run the
-// sm80 kernel (bench/NOTES.md CUDA entry 11).
-constexpr int kKeys = 128;
+// Keys per block (kSm90Keys = 128, or sm90_wide_keys(D)): 128 was faster than 64 on every
+// workload but 64-token windows, which run the sm80 kernel (bench/NOTES.md CUDA entry 11); the
+// wider blocks spread the softmax's per-block work (maxima, shuffles, turns, O's rescale) over
+// more keys (CUDA entry 18).
 constexpr int kConsumerThreads = 128 * kConsumers;
 constexpr int kProducerThreads = 128;            // a warpgroup: sm90 allocates registers by warpgroup
 constexpr int kThreads = kConsumerThreads + kProducerThreads;
@@ -60,8 +61,9 @@ constexpr int kMaxShared = 227 * 1024;           // per block on sm90
 // warpgroup): each warpgroup's Q, then the stages (K, then V), each a tile of 128-byte rows (64
 // elements) per 64-column atom of the head dim; then the barriers. As many stages as fit, up
 // to 4.
-template <int D>
+template <int D, int Keys>
 struct Tiles {
+  static constexpr int kKeys = Keys;
   static constexpr int kAtoms = (D + 63) / 64;
   static constexpr int kGroupQBytes = kAtoms * kGroupRows * 128;
   static constexpr int kKVBytes = kAtoms * kKeys * 128;
@@ -104,11 +106,11 @@ __device__ inline void load_swizzled(unsigned char* tile, const T* base, int64_t
   }
 }
 
-template <typename T, int D>
+template <typename T, int D, int Keys>
 __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const KernelParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Layout = Tiles<D>;
-  constexpr int kStages = Layout::kStages, kScores = kKeys / 2;  // S registers per thread
+  using Layout = Tiles<D, Keys>;
+  constexpr int kKeys = Layout::kKeys, kStages = Layout::kStages, kScores = kKeys / 2;  // S registers per thread
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ __align__(1024) unsigned char shared[];
   unsigned char* stages = shared + Layout::kStagesOffset;
@@ -439,10 +441,10 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
 
 // One block per SM (registers allow no more) walks the items; the grid is sized for the
 // bucket, so no more blocks than it.
-template <typename T, int D>
+template <typename T, int D, int Keys>
 cudaError_t launch(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
-  auto kernel = flash_fwd_sm90_kernel<T, D>;
-  constexpr int kBytes = Tiles<D>::kBytes;
+  auto kernel = flash_fwd_sm90_kernel<T, D, Keys>;
+  constexpr int kBytes = Tiles<D, Keys>::kBytes;
   cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   int device = 0, sms = 0;
   if (status == cudaSuccess) status = cudaGetDevice(&device);
@@ -460,17 +462,22 @@ cudaError_t launch(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
 }
 
 template <typename T>
-cudaError_t dispatch(const KernelParams& kp, int head_dim_pad, dim3 grid, cudaStream_t stream) {
-  return Sm90HeadDims::visit(head_dim_pad, cudaErrorInvalidValue,
-                             [&](auto d) { return launch<T, decltype(d)::value>(kp, grid, stream); });
+cudaError_t dispatch(const KernelParams& kp, int head_dim_pad, bool wide_keys, dim3 grid, cudaStream_t stream) {
+  return Sm90HeadDims::visit(head_dim_pad, cudaErrorInvalidValue, [&](auto d) {
+    constexpr int D = decltype(d)::value;
+    if constexpr (sm90_wide_keys(D) != kSm90Keys) {
+      if (wide_keys) return launch<T, D, sm90_wide_keys(D)>(kp, grid, stream);
+    }
+    return launch<T, D, kSm90Keys>(kp, grid, stream);
+  });
 }
 
 }  // namespace
 
-cudaError_t launch_flash_forward_sm90(const KernelParams& params, bool bf16, int head_dim_pad, dim3 grid,
-                                      cudaStream_t stream) {
-  return bf16 ? dispatch<__nv_bfloat16>(params, head_dim_pad, grid, stream)
-              : dispatch<__half>(params, head_dim_pad, grid, stream);
+cudaError_t launch_flash_forward_sm90(const KernelParams& params, bool bf16, int head_dim_pad, bool wide_keys,
+                                      dim3 grid, cudaStream_t stream) {
+  return bf16 ? dispatch<__nv_bfloat16>(params, head_dim_pad, wide_keys, grid, stream)
+              : dispatch<__half>(params, head_dim_pad, wide_keys, grid, stream);
 }
 
 }  // namespace visattn::cuda

@@ -8,9 +8,10 @@
 
 namespace visattn::cuda {
 
-// Launches it (bf16, else f16); the caller checked the GPU (compute capability 9.0), the head
-// dim (Sm90HeadDims) and 16-byte copies (params.vector_io).
-cudaError_t launch_flash_forward_sm90(const KernelParams& params, bool bf16, int head_dim_pad, dim3 grid,
-                                      cudaStream_t stream);
+// Launches it (bf16, else f16) with 128 keys per block or sm90_wide_keys(head_dim_pad); the
+// caller checked the GPU (compute capability 9.0), the head dim (Sm90HeadDims) and 16-byte
+// copies (params.vector_io).
+cudaError_t launch_flash_forward_sm90(const KernelParams& params, bool bf16, int head_dim_pad, bool wide_keys,
+                                      dim3 grid, cudaStream_t stream);
 
 }  // namespace visattn::cuda
