@@ -56,7 +56,8 @@ class VarlenBatch {
   void prepare(const Device& device, void* cuda_stream = nullptr);
   // Writes `other`'s images into this batch's prepared buffers, so a graph captured with this
   // batch replays on `other` (q, k, v must hold other's tokens). Throws if other does not fit
-  // the prepared capacity (its bucket).
+  // the prepared capacity (its bucket). The cuda backend's kernel stays the one this batch's own
+  // lengths picked at prepare(), so eager calls and replays with it give the same bits.
   void update_device(const VarlenBatch& other, void* cuda_stream = nullptr);
   // The prepared copy for `device`, or null.
   const DeviceMetadata* device_metadata(const Device& device) const;

@@ -62,7 +62,9 @@ class VarlenBatch:
 
     def update_device(self, other, stream=None):
         """Writes `other`'s images into this prepared batch's GPU buffers, so a graph captured
-        with this batch replays on `other` (same bucket: it must fit the prepared capacity)."""
+        with this batch replays on `other` (same bucket: it must fit the prepared capacity). The
+        cuda backend keeps the kernel that this batch's lengths picked at prepare(), so eager
+        calls and replays with it give the same bits."""
         if not isinstance(other, VarlenBatch):
             other = VarlenBatch(other)
         self._batch.update_device(other._batch, 0 if stream is None else int(stream))
