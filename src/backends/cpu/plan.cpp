@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backends/cpu/prefetch.h"
 #include "backends/cpu/work.h"
 
 namespace visattn::cpu {
@@ -31,8 +32,15 @@ std::vector<WorkItem> plan_work(const AttentionParams& p, int tile_rows, int thr
     const int64_t tiles = (n + tile_rows - 1) / tile_rows;
     const int64_t chunks = std::clamp<int64_t>(int64_t(std::ceil(n * row_cost / target)), 1, tiles);
     const int64_t rows_per_chunk = (tiles + chunks - 1) / chunks * tile_rows;
-    const int heads_per_item =
-        chunks > 1 ? 1 : std::clamp(int(target / (double(n) * row_cost)), 1, p.num_heads);
+    int heads_per_item = chunks > 1 ? 1 : std::clamp(int(target / (double(n) * row_cost)), 1, p.num_heads);
+    // ... and few enough that the next-item prefetch covers the item's q, out, k and v rows
+    // (fp32 64-token windows: two items of 8 heads instead of one of 16), split evenly.
+    const int64_t head_bytes = int64_t(p.head_dim) * dtype_size(p.dtype) * 2 * (n + int64_t(row_cost));
+    const int fitting = int(std::max<int64_t>(1, NextItemPrefetch::kMaxBytes / head_bytes));
+    if (heads_per_item > fitting) {
+      const int items_per_image = (heads_per_item + fitting - 1) / fitting;
+      heads_per_item = (heads_per_item + items_per_image - 1) / items_per_image;
+    }
     for (int head = 0; head < p.num_heads; head += heads_per_item) {
       const int head_end = std::min(p.num_heads, head + heads_per_item);
       for (int64_t row = 0; row < n; row += rows_per_chunk) {

@@ -22,7 +22,8 @@ class NextItemPrefetch {
   // Items reading more than this are compute-bound (their keys serve many query tiles), or
   // large enough to push the current item's packed data out of L2: measured on a Sapphire
   // Rapids VM (2 MiB L2), prefetching 64-token windows made bf16 (0.66 MiB an item) 12%
-  // faster and f32 (1.3 MiB) 10% slower.
+  // faster and f32 (1.3 MiB) 10% slower. plan_work splits items to fit it (bench/NOTES.md CPU
+  // entry 15).
   static constexpr int64_t kMaxBytes = int64_t(1) << 20;
 
   // Whether items like this one are worth prefetching: kernels ask it of their largest item

@@ -21,7 +21,8 @@ struct WorkItem {
 
 // Splits every (image, head) into chunks of whole query tiles (tile_rows each), small enough
 // that `threads` threads stay busy; groups the heads of small images into one item (their
-// rows are read together, not once per scattered item); orders items largest cost first.
+// rows are read together, not once per scattered item) as far as the next-item prefetch
+// covers (NextItemPrefetch::kMaxBytes); orders items largest cost first.
 std::vector<WorkItem> plan_work(const AttentionParams& p, int tile_rows, int threads);
 
 inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
