@@ -49,17 +49,18 @@ HostIndices compute(const std::vector<int32_t>& cu_padded, int64_t batch,
 // 65-80 on the sm90 kernel, cuda again from 192 tokens per image.
 TEST(CudnnAutoTable, PrefersCudnnFromTheMeasuredCrossover) {
   for (const bool sm90 : {false, true}) {
-    EXPECT_FALSE(cudnn::auto_prefers_shape(1089 * 55, 1089, 80, sm90));  // qwen25vl-window: 64-token windows
-    EXPECT_FALSE(cudnn::auto_prefers_shape(512 * 64, 512, 128, sm90));
-    EXPECT_TRUE(cudnn::auto_prefers_shape(256 * 128, 256, 80, sm90));
-    EXPECT_TRUE(cudnn::auto_prefers_shape(64 * 577, 64, 64, sm90));        // clip-l336
-    EXPECT_TRUE(cudnn::auto_prefers_shape(16 * 1025, 16, 128, sm90));      // internvit6b
-    EXPECT_FALSE(cudnn::auto_prefers_shape(0, 0, 80, sm90));               // nothing to run
+    const auto runs_sm90 = [sm90] { return sm90; };
+    EXPECT_FALSE(cudnn::auto_prefers_shape(1089 * 55, 1089, 80, runs_sm90));  // qwen25vl-window: 64-token windows
+    EXPECT_FALSE(cudnn::auto_prefers_shape(512 * 64, 512, 128, runs_sm90));
+    EXPECT_TRUE(cudnn::auto_prefers_shape(256 * 128, 256, 80, runs_sm90));
+    EXPECT_TRUE(cudnn::auto_prefers_shape(64 * 577, 64, 64, runs_sm90));        // clip-l336
+    EXPECT_TRUE(cudnn::auto_prefers_shape(16 * 1025, 16, 128, runs_sm90));      // internvit6b
+    EXPECT_FALSE(cudnn::auto_prefers_shape(0, 0, 80, runs_sm90));               // nothing to run
   }
-  EXPECT_TRUE(cudnn::auto_prefers_shape(64 * 729, 64, 72, false));   // siglip on the sm80 kernel
-  EXPECT_FALSE(cudnn::auto_prefers_shape(64 * 729, 64, 72, true));   // ... and on the sm90 kernel
-  EXPECT_FALSE(cudnn::auto_prefers_shape(44544, 4, 80, true));       // qwen25vl-large4
-  EXPECT_TRUE(cudnn::auto_prefers_shape(8 * 4096, 8, 96, true));     // head dim 96: not measured, cudnn
+  EXPECT_TRUE(cudnn::auto_prefers_shape(64 * 729, 64, 72, [] { return false; }));   // siglip on the sm80 kernel
+  EXPECT_FALSE(cudnn::auto_prefers_shape(64 * 729, 64, 72, [] { return true; }));   // ... and on the sm90 kernel
+  EXPECT_FALSE(cudnn::auto_prefers_shape(44544, 4, 80, [] { return true; }));       // qwen25vl-large4
+  EXPECT_TRUE(cudnn::auto_prefers_shape(8 * 4096, 8, 96, [] { return true; }));     // head dim 96: not measured, cudnn
 }
 
 TEST(CudnnRaggedIndices, LengthsAndOffsetsOfAPaddedBatch) {

@@ -9,8 +9,8 @@ namespace visattn::check {
 namespace {
 
 // Lengths that break tiling and masking code: empty, single, primes, tile edges.
-constexpr int64_t kAdversarialLengths[] = {0,   1,   2,   3,   5,   7,   13,  17,  31,  61,  63,  64, 65,
-                                           97,  127, 128, 129, 175, 176, 177, 191, 255, 257, 353, 509};
+constexpr int64_t kAdversarialLengths[] = {0,   1,   2,   3,   5,   7,   13,  17,  31,  61,  63,  64,  65,  97,  127,
+                                           128, 129, 175, 176, 177, 191, 192, 193, 255, 257, 353, 385, 509};
 constexpr int64_t kLongLengths[] = {4096, 4093, 2049, 1023, 3001, 1600};
 constexpr double kCaseBudget = 4e7;       // q·k multiply-adds of an ordinary case
 constexpr double kLongCaseBudget = 6e8;   // ... of a long case (one in 25)

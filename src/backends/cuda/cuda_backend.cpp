@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <cstdlib>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "backends/cuda/cuda_backend.h"
@@ -289,6 +291,14 @@ LengthProfile lengths_of(const AttentionParams& p) {
   return p.prepared ? p.prepared->lengths : length_profile(p.cu_seqlens, p.num_images);
 }
 
+// kernel_for reads VISATTN_CUDA_SM90_KEYS (128 or wide); another value is an error, not ignored.
+void check_key_block_knob() {
+  static const char* const set = std::getenv("VISATTN_CUDA_SM90_KEYS");
+  if (set && std::string_view(set) != "128" && std::string_view(set) != "wide") {
+    fail(ErrorCode::invalid_value, "VISATTN_CUDA_SM90_KEYS='", set, "': expected 128 or wide");
+  }
+}
+
 }  // namespace
 
 bool runs_sm90(const AttentionParams& p) {
@@ -304,6 +314,7 @@ bool runs_sm90(const AttentionParams& p) {
 }
 
 void run(const AttentionParams& p) {
+  check_key_block_knob();
   const int device = p.device.index;
   DeviceGuard guard(device);
   const int cc = compute_capability(device);

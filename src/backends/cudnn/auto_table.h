@@ -1,14 +1,14 @@
 // Where `auto` runs a CUDA call on cudnn instead of cuda: the crossover measured on an H200
 // (bench/results/h200-2026-12-04-crossover.json, `CROSSOVER=1 bash scripts/device_run.sh`, the
-// sm90 kernel with its wide key blocks). Uniform batches of 32768 tokens, bf16, TFLOP/s cuda vs
-// cudnn:
+// sm90 kernel with the key blocks its rule picks: 192 at head dim 80 only at 2048 tokens, 176 at
+// 128 from 512). Uniform batches of 32768 tokens, bf16, TFLOP/s cuda vs cudnn:
 //   image length      64          128          256          512         1024         2048
 //   head dim  64   43 vs 39    106 vs 138   210 vs 233   268 vs 311   318 vs 372   347 vs 404
 //   head dim  80   85 vs 40    130 vs 140   228 vs 223   292 vs 293   353 vs 348   402 vs 360
 //   head dim 128   86 vs 62    131 vs 197   293 vs 347   391 vs 458   459 vs 540   492 vs 594
 // cuda leads at 64 tokens (and on qwen25vl-window, 64-token windows: 81 vs 35) at every head
-// dim; cudnn from 128 on at head dims 64 and 128; at head dims 65-80 (72 runs as 80 on cuda)
-// the sm90 kernel leads from 256 on (ties at 512 and 1024, and 3-22% ahead on the public
+// dim; cudnn from 128 on at head dims 64 and 128; at head dims 72 and 80 (72 runs as 80 on
+// cuda) the sm90 kernel leads from 256 on (ties at 512 and 1024, and 6-22% ahead on the public
 // workloads siglip, qwen25vl-mixed32, qwen25vl-large4, qwen3vl-mixed32). Off sm90 (the sm80
 // kernel) cudnn led from 128 tokens at every head dim (the 2026-12-02 crossover).
 #pragma once
@@ -22,12 +22,13 @@ inline constexpr int64_t kAutoMinMeanImageTokens = 96;
 inline constexpr int64_t kAutoSm90HeadDim80MeanImageTokens = 192;
 
 // Whether `auto` prefers cudnn for a batch of `tokens` tokens in `images` non-empty images at
-// `head_dim`; `sm90_kernel`: the cuda backend would run its sm90 kernel on it.
-inline bool auto_prefers_shape(int64_t tokens, int64_t images, int head_dim, bool sm90_kernel) {
+// `head_dim`; runs_sm90(): whether the cuda backend would run its sm90 kernel on it (asked
+// only where the answer matters).
+template <class RunsSm90>
+bool auto_prefers_shape(int64_t tokens, int64_t images, int head_dim, RunsSm90&& runs_sm90) {
   if (images == 0 || tokens < kAutoMinMeanImageTokens * images) return false;
-  const bool sm90_leads = sm90_kernel && head_dim > 64 && head_dim <= 80 &&
-                          tokens >= kAutoSm90HeadDim80MeanImageTokens * images;
-  return !sm90_leads;
+  const bool sm90_may_lead = head_dim > 64 && head_dim <= 80 && tokens >= kAutoSm90HeadDim80MeanImageTokens * images;
+  return !(sm90_may_lead && runs_sm90());
 }
 
 }  // namespace visattn::cudnn

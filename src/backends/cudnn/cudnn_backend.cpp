@@ -48,7 +48,9 @@ std::string misaligned(const char* name, const void* data, int64_t token_stride,
 bool auto_prefers(const AttentionParams& p) {
   int64_t images = 0;
   for (int64_t i = 0; i < p.num_images; ++i) images += p.cu_seqlens[i + 1] > p.cu_seqlens[i];
-  if (!auto_prefers_shape(p.cu_seqlens[p.num_images], images, p.head_dim, cuda::runs_sm90(p))) return false;
+  if (!auto_prefers_shape(p.cu_seqlens[p.num_images], images, p.head_dim, [&] { return cuda::runs_sm90(p); })) {
+    return false;
+  }
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   return cudaStreamIsCapturing(static_cast<cudaStream_t>(p.cuda_stream), &capturing) == cudaSuccess &&
          capturing == cudaStreamCaptureStatusNone;

@@ -23,8 +23,9 @@ std::string describe();
 std::optional<std::string> declines(const AttentionParams& params);
 void run(const AttentionParams& params);
 // Whether "auto" should try cudnn before cuda for this call: batches whose mean image length
-// reaches the measured crossover (auto_table.h), outside stream capture (a capture may not
-// build a plan; cuda needs none).
+// reaches the measured crossover (auto_table.h: except at head dims 72-80 where the cuda
+// backend's sm90 kernel leads), outside stream capture (a capture may not build a plan; cuda
+// needs none).
 bool auto_prefers(const AttentionParams& params);
 // Plans built so far (plan_cache.cpp), for `visattn info` and Python's backends().
 int64_t plans_built();
