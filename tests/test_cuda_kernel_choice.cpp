@@ -17,42 +17,37 @@ std::vector<int32_t> cu_seqlens_of(const std::vector<int32_t>& lengths) {
   return cu;
 }
 
-LengthProfile profile_of(const std::vector<int32_t>& lengths) {
+// kernel_for on an image list's host cu_seqlens.
+Kernel choice(bool vector_io, int head_dim_pad, int compute_capability, const std::vector<int32_t>& lengths) {
   const std::vector<int32_t> cu = cu_seqlens_of(lengths);
-  return length_profile(cu.data(), int64_t(lengths.size()));
+  return kernel_for(vector_io, head_dim_pad, compute_capability, cu.data(), int64_t(lengths.size()));
 }
 
 std::vector<int32_t> repeat(int32_t n, int times) { return std::vector<int32_t>(times, n); }
-
-TEST(CudaKernelChoice, LengthProfileCountsPaddedWork) {
-  const LengthProfile p = profile_of({100, 0, 200});
-  EXPECT_EQ(p.max_seqlen, 200);
-  EXPECT_DOUBLE_EQ(p.work(128), 100.0 * 128 + 200.0 * 256);
-  EXPECT_DOUBLE_EQ(p.work(176), 100.0 * 176 + 200.0 * 352);
-  EXPECT_DOUBLE_EQ(p.work(192), 100.0 * 192 + 200.0 * 384);
-  EXPECT_EQ(profile_of({}).max_seqlen, 0);
-}
 
 TEST(CudaKernelChoice, WideKeyBlocksWhereTheyPadLittle) {
   if (std::getenv("VISATTN_CUDA_SM90") || std::getenv("VISATTN_CUDA_SM90_KEYS")) {
     GTEST_SKIP() << "a VISATTN_CUDA_SM90* variable is set: the choice is forced";
   }
-  if (kernel_for(true, 128, 90, profile_of({4096})) == Kernel::sm80) {
+  if (choice(true, 128, 90, {4096}) == Kernel::sm80) {
     GTEST_SKIP() << "built without the sm90a kernel (nvcc older than 12)";
   }
   // The public workloads on an H200 (compute capability 90), 16-byte aligned tensors.
-  EXPECT_EQ(kernel_for(true, 128, 90, profile_of(repeat(1025, 16))), Kernel::sm90_wide_keys);  // internvit
-  EXPECT_EQ(kernel_for(true, 128, 90, profile_of(repeat(16384, 4))), Kernel::sm90_wide_keys);  // hd128-long4
-  EXPECT_EQ(kernel_for(true, 80, 90, profile_of(repeat(729, 64))), Kernel::sm90_wide_keys);    // siglip (72)
-  EXPECT_EQ(kernel_for(true, 80, 90, profile_of({16384, 12544, 9216, 6400})), Kernel::sm90_wide_keys);
-  EXPECT_EQ(kernel_for(true, 64, 90, profile_of(repeat(577, 64))), Kernel::sm90);  // clip: no wide block at 64
-  EXPECT_EQ(kernel_for(true, 80, 90, profile_of(repeat(577, 64))), Kernel::sm90);  // 192 keys: 20% more work
-  EXPECT_EQ(kernel_for(true, 128, 90, profile_of(repeat(256, 64))), Kernel::sm90);  // 176 keys: 37% more
-  EXPECT_EQ(kernel_for(true, 80, 90, profile_of(repeat(64, 500))), Kernel::sm80);  // windows: 64-row tiles
+  EXPECT_EQ(choice(true, 128, 90, repeat(1025, 16)), Kernel::sm90_wide_keys);  // internvit
+  EXPECT_EQ(choice(true, 128, 90, repeat(16384, 4)), Kernel::sm90_wide_keys);  // hd128-long4
+  EXPECT_EQ(choice(true, 80, 90, repeat(729, 64)), Kernel::sm90_wide_keys);    // siglip (72)
+  EXPECT_EQ(choice(true, 80, 90, {16384, 12544, 9216, 6400}), Kernel::sm90_wide_keys);
+  EXPECT_EQ(choice(true, 64, 90, repeat(577, 64)), Kernel::sm90);  // clip: no wide block at 64
+  EXPECT_EQ(choice(true, 80, 90, repeat(577, 64)), Kernel::sm90);  // 192 keys: 20% more work
+  EXPECT_EQ(choice(true, 128, 90, repeat(256, 64)), Kernel::sm90);  // 176 keys: 37% more
+  EXPECT_EQ(choice(true, 80, 90, repeat(64, 500)), Kernel::sm80);  // windows: 64-row tiles
+  // The 5% line: 192-key blocks at 1.00x and 1.05x (just over) the work of 128-key ones.
+  EXPECT_EQ(choice(true, 80, 90, {192, 193, 384, 385, 576}), Kernel::sm90_wide_keys);
+  EXPECT_EQ(choice(true, 80, 90, {191, 192, 193, 384, 385}), Kernel::sm90);
   // Off sm90, without 16-byte copies, or at head dim 256: the sm80 kernel.
-  EXPECT_EQ(kernel_for(true, 128, 80, profile_of(repeat(1025, 16))), Kernel::sm80);
-  EXPECT_EQ(kernel_for(false, 128, 90, profile_of(repeat(1025, 16))), Kernel::sm80);
-  EXPECT_EQ(kernel_for(true, 256, 90, profile_of(repeat(1025, 16))), Kernel::sm80);
+  EXPECT_EQ(choice(true, 128, 80, repeat(1025, 16)), Kernel::sm80);
+  EXPECT_EQ(choice(false, 128, 90, repeat(1025, 16)), Kernel::sm80);
+  EXPECT_EQ(choice(true, 256, 90, repeat(1025, 16)), Kernel::sm80);
 }
 
 }  // namespace

@@ -286,11 +286,6 @@ std::string describe() {
 
 namespace {
 
-// The lengths a call's kernel is picked by (see DeviceMetadata::lengths).
-LengthProfile lengths_of(const AttentionParams& p) {
-  return p.prepared ? p.prepared->lengths : length_profile(p.cu_seqlens, p.num_images);
-}
-
 // kernel_for reads VISATTN_CUDA_SM90_KEYS (128 or wide); another value is an error, not ignored.
 void check_key_block_knob() {
   static const char* const set = std::getenv("VISATTN_CUDA_SM90_KEYS");
@@ -302,15 +297,10 @@ void check_key_block_knob() {
 }  // namespace
 
 bool runs_sm90(const AttentionParams& p) {
-  // Asked by `auto` before anyone checked for a GPU: no GPU (or driver) is a plain no.
-  int major = 0, minor = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, p.device.index) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, p.device.index) != cudaSuccess) {
-    cudaGetLastError();  // clear the error for the next CUDA call
-    return false;
-  }
+  if (!unavailable_reason().empty()) return false;  // `auto` asks before anyone checked for a GPU
   const int padded = padded_head_dim(p.head_dim);
-  return padded > 0 && kernel_for(vector_io(p), padded, major * 10 + minor, lengths_of(p)) != Kernel::sm80;
+  return padded > 0 && kernel_for(vector_io(p), padded, compute_capability(p.device.index), p.cu_seqlens,
+                                  p.num_images) != Kernel::sm80;
 }
 
 void run(const AttentionParams& p) {
@@ -344,7 +334,7 @@ void run(const AttentionParams& p) {
   kp.cu_seqlens = reinterpret_cast<const int32_t*>(buffer + prepared->layout.cu_offset);
   // Each kernel walks the schedule of its tile rows (see Layout).
   kp.vector_io = vector_io(p);
-  const Kernel kernel = kernel_for(kp.vector_io, padded, cc, lengths_of(p));
+  const Kernel kernel = kernel_for(kp.vector_io, padded, cc, p.cu_seqlens, p.num_images);
   const bool wide = kernel != Kernel::sm80;  // the sm90 kernel's 128-row tiles
   kp.schedule = reinterpret_cast<const Tile*>(
       buffer + (wide ? prepared->layout.wide_schedule_offset : prepared->layout.schedule_offset));
@@ -371,7 +361,6 @@ std::shared_ptr<DeviceMetadata> prepare(const VarlenBatch& batch, int device, vo
   auto prepared = std::make_shared<DeviceMetadata>(device, layout_for(batch), batch.max_seqlen_bucket());
   check(cudaMalloc(&prepared->buffer, prepared->layout.bytes), "cudaMalloc (batch metadata)");
   upload(*prepared, batch, stream);
-  prepared->lengths = length_profile(batch.cu_seqlens().data(), batch.num_images());
   return prepared;
 }
 

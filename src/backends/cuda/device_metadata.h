@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <mutex>
 
-#include "backends/cuda/flash_params.h"
 #include "backends/cudnn/ragged_indices.h"  // the regions the cudnn backend fills
 #include "visattn/params.h"
 
@@ -67,10 +66,6 @@ struct DeviceMetadata {
   // (Mutable: attention() sees the batch's metadata as const.)
   mutable std::atomic<int64_t> max_seqlen_bound;
   mutable std::atomic<bool> max_seqlen_bound_used{false};
-  // The lengths the cuda backend picks its kernel by: those of prepare(), kept through
-  // update_device, so that every call with this batch (eager or a graph's replay) runs the
-  // same kernel and gives the same bits.
-  cuda::LengthProfile lengths;
 
   DeviceMetadata(int device, const cuda::Layout& layout, int64_t max_seqlen_bound);
   ~DeviceMetadata();

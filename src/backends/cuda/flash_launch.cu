@@ -5,6 +5,7 @@
 #include "backends/cuda/flash_sm90.h"
 #include "backends/cuda/head_dims.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <string_view>
 
@@ -64,6 +65,19 @@ cudaError_t dispatch_head_dim(const KernelParams& kp, int head_dim_pad, int64_t 
   });
 }
 
+#if VISATTN_WITH_SM90A
+// The sm90 kernel's work at `keys` keys per block: each image's query rows times its keys
+// rounded up to whole blocks.
+double padded_work(const int32_t* cu_seqlens, int64_t num_images, int keys) {
+  double work = 0.0;
+  for (int64_t i = 0; i < num_images; ++i) {
+    const int64_t n = cu_seqlens[i + 1] - cu_seqlens[i];
+    work += double(n) * double((n + keys - 1) / keys * keys);
+  }
+  return work;
+}
+#endif
+
 }  // namespace
 
 // The sm90a kernel on compute capability 9.0 (sm90a code runs on nothing else) where it was
@@ -73,35 +87,25 @@ cudaError_t dispatch_head_dim(const KernelParams& kp, int head_dim_pad, int64_t 
 // it can (tests, experiments). Its wider key blocks ran 2-13% faster than 128 keys where they
 // padded at most 3% more keys, and lost 4-16% where they padded 12% or more (CUDA entry 18):
 // they run where the padded work grows by 5% at most.
-Kernel kernel_for(bool vector_io, int head_dim_pad, int compute_capability, const LengthProfile& lengths) {
+Kernel kernel_for(bool vector_io, int head_dim_pad, int compute_capability, const int32_t* cu_seqlens,
+                  int64_t num_images) {
 #if VISATTN_WITH_SM90A
   static const bool off = env_is("VISATTN_CUDA_SM90", "0"), forced = env_is("VISATTN_CUDA_SM90", "1");
   static const bool narrow = env_is("VISATTN_CUDA_SM90_KEYS", "128"), wide = env_is("VISATTN_CUDA_SM90_KEYS", "wide");
   if (off || compute_capability != 90 || !vector_io || !Sm90HeadDims::has(head_dim_pad)) return Kernel::sm80;
-  if (!forced && lengths.max_seqlen <= kWideTileRows) return Kernel::sm80;
+  int64_t max_seqlen = 0;
+  for (int64_t i = 0; i < num_images; ++i) max_seqlen = std::max<int64_t>(max_seqlen, cu_seqlens[i + 1] - cu_seqlens[i]);
+  if (!forced && max_seqlen <= kWideTileRows) return Kernel::sm80;
   const int wide_keys = sm90_wide_keys(head_dim_pad);
   if (wide_keys == kSm90Keys || narrow) return Kernel::sm90;
   if (wide) return Kernel::sm90_wide_keys;
-  return lengths.work(wide_keys) <= 1.05 * lengths.work(kSm90Keys) ? Kernel::sm90_wide_keys : Kernel::sm90;
+  return padded_work(cu_seqlens, num_images, wide_keys) <= 1.05 * padded_work(cu_seqlens, num_images, kSm90Keys)
+             ? Kernel::sm90_wide_keys
+             : Kernel::sm90;
 #else
-  (void)vector_io, (void)head_dim_pad, (void)compute_capability, (void)lengths;
+  (void)vector_io, (void)head_dim_pad, (void)compute_capability, (void)cu_seqlens, (void)num_images;
   return Kernel::sm80;
 #endif
-}
-
-static_assert(sm90_wide_keys(64) == 128 && sm90_wide_keys(80) == 192 && sm90_wide_keys(96) == 192 &&
-                  sm90_wide_keys(128) == 176,
-              "LengthProfile counts the work of these key blocks");
-
-LengthProfile length_profile(const int32_t* cu_seqlens, int64_t num_images) {
-  LengthProfile profile;
-  auto padded = [](int64_t n, int keys) { return double(n) * double((n + keys - 1) / keys * keys); };
-  for (int64_t i = 0; i < num_images; ++i) {
-    const int64_t n = cu_seqlens[i + 1] - cu_seqlens[i];
-    profile.max_seqlen = n > profile.max_seqlen ? n : profile.max_seqlen;
-    profile.work_128 += padded(n, 128), profile.work_176 += padded(n, 176), profile.work_192 += padded(n, 192);
-  }
-  return profile;
 }
 
 cudaError_t launch_flash_forward(Kernel kernel, const KernelParams& params, bool bf16, int head_dim_pad,

@@ -51,23 +51,15 @@ constexpr int kWideTileRows = 128;
 // 128 keys per block or its head dim's wider block (sm90_wide_keys).
 enum class Kernel { sm80, sm90, sm90_wide_keys };
 
-// What the kernel choice reads of a batch's lengths: its longest image and the sm90 kernel's
-// work (query rows x keys padded to whole blocks) at each of its key block sizes.
-struct LengthProfile {
-  int64_t max_seqlen = 0;
-  double work_128 = 0, work_176 = 0, work_192 = 0;
-  double work(int keys) const { return keys == 176 ? work_176 : keys == 192 ? work_192 : work_128; }
-};
-LengthProfile length_profile(const int32_t* cu_seqlens, int64_t num_images);  // host cu_seqlens
-
 // The kernel a call runs: sm90 where it was built, the GPU is compute capability 9.0 (90), it has
 // the padded head dim, tiles move in 16-byte copies and some image is longer than 128 tokens
 // (VISATTN_CUDA_SM90=0: never; =1: regardless of the lengths); its wider key blocks where they
-// pad the work by at most 5% more (VISATTN_CUDA_SM90_KEYS=128 or =wide forces either). Any
-// choice is correct for any lengths (a graph replays a batch of the bucket with others); the
-// lengths only make it fast. A prepared batch's profile is that of prepare(), so that every call
-// with it, eager or a graph's replay, runs one kernel.
-Kernel kernel_for(bool vector_io, int head_dim_pad, int compute_capability, const LengthProfile& lengths);
+// pad the work by at most 5% more (VISATTN_CUDA_SM90_KEYS=128 or =wide forces either). The
+// lengths are the call's host cu_seqlens: for a prepared batch those of prepare(), which
+// update_device leaves alone, so every call with it (eager or a graph's replay) runs one kernel.
+// Any choice is correct for any lengths; the lengths only make it fast.
+Kernel kernel_for(bool vector_io, int head_dim_pad, int compute_capability, const int32_t* cu_seqlens,
+                  int64_t num_images);
 
 // Launches `kernel` for bf16 (else f16) inputs at a padded head dim of 32, 64, 80, 96, 128 or
 // 256 (sm90: 64-128); `params` carries that kernel's schedule; `max_seqlen` (the call's longest
