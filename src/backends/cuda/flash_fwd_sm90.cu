@@ -76,6 +76,11 @@ struct Tiles {
   static constexpr int kBarriersOffset = kStagesOffset + kStages * kStageBytes;
   static constexpr int kBytes = kBarriersOffset + kBarrierBytes;
   static_assert(kStages >= 2 && kBytes <= kMaxShared, "the tiles fit an H100's shared memory");
+  // A consumer releases K of a block after that block's softmax, not before: ptxas then runs
+  // the maxima under P V of the block before (at 192 keys: large4 +2%, the other head dim 80
+  // workloads within noise; bench/NOTES.md CUDA entry 19). Not at 176 keys (head dim 128): the
+  // kernel then spills 44 bytes and lost 3%.
+  static constexpr bool kReleaseKAfterSoftmax = Keys == 192;
 };
 
 // Byte offset of 16-byte chunk c (columns 8c..8c+7) of row r in a swizzled tile of `rows` rows.
@@ -393,10 +398,12 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
         turn_end();
         sm90::wgmma_wait<1>();  // S of block j; P V of block j - 1 still runs
         sm90::fence_operands(s);
-        release_k(n + j);
+        if constexpr (!Layout::kReleaseKAfterSoftmax) release_k(n + j);
         softmax(j);
-        // ptxas hoists this wait above the softmax (the PTX has it below): the softmax runs
-        // after P V of block j - 1, under the other warpgroup's matrix work only. Keeping it
+        if constexpr (Layout::kReleaseKAfterSoftmax) release_k(n + j);
+        // ptxas hoists this wait above the softmax (the PTX has it below; with K released late,
+        // above its exponentials): the softmax runs after P V of block j - 1, under the other
+        // warpgroup's matrix work only. Keeping it
         // below (a shared store in between pins it) lost 1-4% (bench/NOTES.md CUDA entry 16).
         sm90::wgmma_wait<0>();
         sm90::fence_operands(o);
