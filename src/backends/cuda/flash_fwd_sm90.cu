@@ -403,8 +403,8 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
         if constexpr (Layout::kReleaseKAfterSoftmax) release_k(n + j);
         // ptxas hoists this wait above the softmax (the PTX has it below; with K released late,
         // above its exponentials): the softmax runs after P V of block j - 1, under the other
-        // warpgroup's matrix work only. Keeping it
-        // below (a shared store in between pins it) lost 1-4% (bench/NOTES.md CUDA entry 16).
+        // warpgroup's matrix work only. Keeping it below (a shared store in between pins it)
+        // lost 1-4% (bench/NOTES.md CUDA entry 16).
         sm90::wgmma_wait<0>();
         sm90::fence_operands(o);
         sm90::fence_operands(p_now);
