@@ -39,9 +39,17 @@ struct F32Mma {
 
   static constexpr bool kStagedQ = true;  // reads q rows staged as float by the kernel
   // qa[c][i] = staged[i][c] for the bm rows of a tile (zeros past the item's rows); qa is
-  // d_t x bm, d_t the head dim rounded up to W, by W x W transposes.
-  static void pack_q(const AttentionParams&, int64_t, int, int, int bm, int d_t,
+  // d_t x bm, d_t the head dim rounded up to W, by W x W transposes. Without staged rows (see
+  // reads_q_in_place) the transposes read the tile's bm rows of `head` from q itself.
+  static void pack_q(const AttentionParams& p, int64_t token, int, int head, int bm, int d_t,
                      const float* staged, Elem* qa) {
+    if (!staged) {
+      const float* q = static_cast<const float*>(p.q) + token * p.q_token_stride + head * p.q_head_stride;
+      for (int c = 0; c < d_t; c += Ops::W)
+        for (int i = 0; i < bm; i += Ops::W)
+          Ops::transpose(q + i * p.q_token_stride + c, p.q_token_stride, qa + int64_t(c) * bm + i, bm);
+      return;
+    }
     for (int c = 0; c < d_t; c += Ops::W)
       for (int i = 0; i < bm; i += Ops::W)
         Ops::transpose(staged + int64_t(i) * d_t + c, d_t, qa + int64_t(c) * bm + i, bm);
@@ -202,10 +210,11 @@ class FlashKernel {
     Mma::pack_v(p, g.start + g.key_begin, g.keys, g.keys_pad, kv_begin, kv_count, g.d_pad, s.v.data());
     for (int64_t r0 = item.row_begin; r0 < item.row_end; r0 += kGroupRows) {
       const int rows = int(std::min<int64_t>(kGroupRows, item.row_end - r0));
-      if (Mma::kStagedQ) stage_q(p, g, item, r0, rows, s);
+      const bool staged = Mma::kStagedQ && !reads_q_in_place(p, rows);
+      if (staged) stage_q(p, g, item, r0, rows, s);
       for (int head = item.head_begin; head < item.head_end; ++head) {
         const int64_t kv_offset = (head / group - kv_begin) * g.kv_stride;
-        attend_head(p, item, g, head, r0, rows, s.k.data() + kv_offset, s.v.data() + kv_offset, next, s);
+        attend_head(p, item, g, head, r0, rows, s.k.data() + kv_offset, s.v.data() + kv_offset, staged, next, s);
       }
       for (int i = 0; i < rows; ++i) {
         const int64_t token = g.start + r0 + i;
@@ -230,6 +239,14 @@ class FlashKernel {
     if (stream) Ops::fence();
   }
 
+  // fp32 q of whole tiles (no rows to zero past the image) and of a head dim of whole vectors
+  // (no columns to zero) needs no staged copy: pack_q transposes it from the tensor. This
+  // saves a copy of every q row, most of the time where an image is one or two tiles (64-token
+  // windows +5%; bench/NOTES.md CPU entry 17).
+  static bool reads_q_in_place(const AttentionParams& p, int rows) {
+    return p.dtype == DType::f32 && p.head_dim % W == 0 && rows % BM == 0;
+  }
+
   // q_rows[h][i] = Q[r0 + i][head_begin + h] as float, zero past head_dim and past `rows` (up
   // to whole tiles).
   static void stage_q(const AttentionParams& p, const Span& g, const WorkItem& item, int64_t r0,
@@ -252,10 +269,11 @@ class FlashKernel {
     }
   }
 
-  // Rows [r0, r0 + group_rows) of one head; outputs go to out_rows.
+  // Rows [r0, r0 + group_rows) of one head; outputs go to out_rows. q_staged: its q rows are in
+  // q_rows (stage_q), else pack_q reads them.
   static void attend_head(const AttentionParams& p, const WorkItem& item, const Span& g, int head,
                           int64_t r0, int group_rows, const Elem* k_packed, const Elem* v_packed,
-                          NextItemPrefetch& next, Scratch& s) {
+                          bool q_staged, NextItemPrefetch& next, Scratch& s) {
     const int64_t n = g.n, key_begin = g.key_begin;
     const int d_pad = g.d_pad;
     const int64_t wl = p.window_left, wr = p.window_right;
@@ -265,7 +283,7 @@ class FlashKernel {
 
     // The staged q rows of this head (formats that read q from the tensor stage nothing).
     const float* staged =
-        Mma::kStagedQ ? s.q_rows.data() + int64_t(head - item.head_begin) * kGroupRows * g.d_t : nullptr;
+        q_staged ? s.q_rows.data() + int64_t(head - item.head_begin) * kGroupRows * g.d_t : nullptr;
     for (int64_t q0 = r0; q0 < r0 + group_rows; q0 += BM) {
       const int rows = int(std::min<int64_t>(BM, r0 + group_rows - q0));
       Mma::pack_q(p, g.start + q0, rows, head, BM, Mma::kPack == 1 ? g.d_t : d_pad,
