@@ -78,15 +78,17 @@ std::vector<std::string> pick_backends(const std::string& requested) {
 
 // Random unit-variance q, k, v and an out tensor for one workload, contiguous.
 struct Tensors {
-  std::vector<uint32_t> storage;  // 4-byte words so f32 is aligned
+  std::vector<uint32_t> storage;  // 4-byte words, 64 bytes more than q, k, v and out need
   TensorView q, k, v, out;
   VarlenBatch batch = VarlenBatch::uniform(0, 0);
 
   Tensors(const Workload& w, DType dtype, std::mt19937_64& rng) {
     batch = VarlenBatch::from_lengths(w.seqlens);
     const int64_t T = w.tokens(), per_tensor = T * w.heads * w.head_dim;
-    storage.resize((4 * per_tensor * dtype_size(dtype) + 3) / 4 + 1);
+    storage.resize((4 * per_tensor * dtype_size(dtype) + 3) / 4 + 1 + 16);
+    // Aligned to 64 bytes as PyTorch's CPU allocator aligns tensors (malloc alone gives 16).
     char* base = reinterpret_cast<char*>(storage.data());
+    base += (64 - reinterpret_cast<uintptr_t>(base) % 64) % 64;
     TensorView* views[] = {&q, &k, &v, &out};
     for (int i = 0; i < 4; ++i) {
       *views[i] = TensorView::contiguous(base + i * per_tensor * dtype_size(dtype), dtype,

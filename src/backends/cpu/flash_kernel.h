@@ -211,11 +211,14 @@ class FlashKernel {
     for (int64_t r0 = item.row_begin; r0 < item.row_end; r0 += kGroupRows) {
       const int rows = int(std::min<int64_t>(kGroupRows, item.row_end - r0));
       const bool staged = Mma::kStagedQ && !reads_q_in_place(p, rows);
+      const bool direct = streams_tiles(p, stream, rows);
       if (staged) stage_q(p, g, item, r0, rows, s);
       for (int head = item.head_begin; head < item.head_end; ++head) {
         const int64_t kv_offset = (head / group - kv_begin) * g.kv_stride;
-        attend_head(p, item, g, head, r0, rows, s.k.data() + kv_offset, s.v.data() + kv_offset, staged, next, s);
+        attend_head(p, item, g, head, r0, rows, s.k.data() + kv_offset, s.v.data() + kv_offset, staged,
+                    direct, next, s);
       }
+      if (direct) continue;
       for (int i = 0; i < rows; ++i) {
         const int64_t token = g.start + r0 + i;
         if (stream) {  // the item's heads of a token: one contiguous run in out and in out_rows
@@ -247,6 +250,18 @@ class FlashKernel {
     return p.dtype == DType::f32 && p.head_dim % W == 0 && rows % BM == 0;
   }
 
+  // Whether the ISA can stream an O transpose's rows as whole lines (AVX-512: 16 floats).
+  static constexpr bool kStreamsTransposes =
+      requires(const float* src, float* dst) { Ops::stream_transpose(src, 0, dst, 0, src); };
+
+  // fp32 outputs of whole tiles, streamed, go from the O transposes straight into `out`: every
+  // W-column run of a row is then one aligned 64-byte line, written past the caches with no
+  // out_rows copy (64-token windows +4%; bench/NOTES.md CPU entry 18).
+  static bool streams_tiles(const AttentionParams& p, bool stream, int rows) {
+    return kStreamsTransposes && stream && p.dtype == DType::f32 && p.head_dim % W == 0 && rows % BM == 0 &&
+           reinterpret_cast<uintptr_t>(p.out) % 64 == 0 && p.out_token_stride * 4 % 64 == 0;
+  }
+
   // q_rows[h][i] = Q[r0 + i][head_begin + h] as float, zero past head_dim and past `rows` (up
   // to whole tiles).
   static void stage_q(const AttentionParams& p, const Span& g, const WorkItem& item, int64_t r0,
@@ -269,11 +284,11 @@ class FlashKernel {
     }
   }
 
-  // Rows [r0, r0 + group_rows) of one head; outputs go to out_rows. q_staged: its q rows are in
-  // q_rows (stage_q), else pack_q reads them.
+  // Rows [r0, r0 + group_rows) of one head; outputs go to out_rows, or straight to out where
+  // `direct` (streams_tiles). q_staged: its q rows are in q_rows (stage_q), else pack_q reads them.
   static void attend_head(const AttentionParams& p, const WorkItem& item, const Span& g, int head,
                           int64_t r0, int group_rows, const Elem* k_packed, const Elem* v_packed,
-                          bool q_staged, NextItemPrefetch& next, Scratch& s) {
+                          bool q_staged, bool direct, NextItemPrefetch& next, Scratch& s) {
     const int64_t n = g.n, key_begin = g.key_begin;
     const int d_pad = g.d_pad;
     const int64_t wl = p.window_left, wr = p.window_right;
@@ -314,7 +329,7 @@ class FlashKernel {
                             s.o.data() + int64_t(c) * BM, !first);
         }
       }
-      store_tile(p, s, g, item, r0, q0, rows, head);
+      store_tile(p, s, g, item, r0, q0, rows, head, direct);
     }
   }
 
@@ -364,23 +379,32 @@ class FlashKernel {
     }
   }
 
-  // out_rows[q0 - r0 + i][head] = Oᵀ[c][i] / l[i] for the tile's rows (W x W transposes);
-  // lse[i] = ln(2) · (m[i] + log2 l[i]).
+  // out_rows[q0 - r0 + i][head] = Oᵀ[c][i] / l[i] for the tile's rows (W x W transposes, each
+  // scaling its lanes), or out's rows where `direct`; lse[i] = ln(2) · (m[i] + log2 l[i]).
   static void store_tile(const AttentionParams& p, Scratch& s, const Span& g, const WorkItem& item,
-                         int64_t r0, int64_t q0, int rows, int head) {
-    const int64_t token_stride = int64_t(item.head_end - item.head_begin) * g.d_t;
-    float* first = s.out_rows.data() + (q0 - r0) * token_stride + int64_t(head - item.head_begin) * g.d_t;
-    for (int c = 0; c < g.d_t; c += W)
-      for (int i = 0; i < BM; i += W)
-        Ops::transpose(s.o.data() + int64_t(c) * BM + i, BM, first + i * token_stride + c, token_stride);
-    for (int i = 0; i < rows; ++i) {
-      float* row = first + i * token_stride;
-      const V inv = Ops::set1(1.0f / s.l[i]);
-      for (int c = 0; c < g.d_t; c += W) Ops::store(row + c, Ops::mul(Ops::load(row + c), inv));
-      if (p.lse) {
-        p.lse[head * p.lse_head_stride + (g.start + q0 + i) * p.lse_token_stride] =
-            float((double(s.m[i]) + std::log2(double(s.l[i]))) * 0.6931471805599453);
+                         int64_t r0, int64_t q0, int rows, int head, bool direct) {
+    alignas(64) float inv_l[BM];
+    for (int i = 0; i < BM; ++i) inv_l[i] = s.l[i] > 0.0f ? 1.0f / s.l[i] : 0.0f;  // 0: padding rows
+    if constexpr (kStreamsTransposes) {
+      if (direct) {
+        float* first = static_cast<float*>(p.out) + (g.start + q0) * p.out_token_stride + head * p.head_dim;
+        for (int c = 0; c < g.d_t; c += W)
+          for (int i = 0; i < BM; i += W)
+            Ops::stream_transpose(s.o.data() + int64_t(c) * BM + i, BM, first + i * p.out_token_stride + c,
+                                  p.out_token_stride, inv_l + i);
       }
+    }
+    if (!direct) {
+      const int64_t token_stride = int64_t(item.head_end - item.head_begin) * g.d_t;
+      float* first = s.out_rows.data() + (q0 - r0) * token_stride + int64_t(head - item.head_begin) * g.d_t;
+      for (int c = 0; c < g.d_t; c += W)
+        for (int i = 0; i < BM; i += W)
+          Ops::transpose(s.o.data() + int64_t(c) * BM + i, BM, first + i * token_stride + c, token_stride, inv_l + i);
+    }
+    if (!p.lse) return;
+    for (int i = 0; i < rows; ++i) {
+      p.lse[head * p.lse_head_stride + (g.start + q0 + i) * p.lse_token_stride] =
+          float((double(s.m[i]) + std::log2(double(s.l[i]))) * 0.6931471805599453);
     }
   }
 };

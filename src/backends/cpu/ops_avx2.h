@@ -66,10 +66,13 @@ struct Avx2Ops {
     const V is_neg_inf = _mm256_cmp_ps(x, _mm256_set1_ps(-__builtin_inff()), _CMP_EQ_OQ);
     return _mm256_blendv_ps(x, _mm256_setzero_ps(), is_neg_inf);
   }
-  // dst[c][r] = src[r][c] for a W x W block (strides in floats).
-  static void transpose(const float* src, int64_t src_stride, float* dst, int64_t dst_stride) {
+  // dst[c][r] = src[r][c] · lane_scale[c] for a W x W block (strides in floats); no scaling
+  // where lane_scale is null.
+  static void transpose(const float* src, int64_t src_stride, float* dst, int64_t dst_stride,
+                        const float* lane_scale = nullptr) {
     for (int r = 0; r < W; ++r)
-      for (int c = 0; c < W; ++c) dst[c * dst_stride + r] = src[r * src_stride + c];
+      for (int c = 0; c < W; ++c)
+        dst[c * dst_stride + r] = src[r * src_stride + c] * (lane_scale ? lane_scale[c] : 1.0f);
   }
   static V exp2(V x_in) {
     const V x = _mm256_max_ps(x_in, _mm256_set1_ps(-126.0f));

@@ -60,14 +60,35 @@ struct Avx512Ops {
     const __mmask16 is_neg_inf = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-__builtin_inff()), _CMP_EQ_OQ);
     return _mm512_mask_blend_ps(is_neg_inf, x, _mm512_setzero_ps());
   }
-  // dst[c][r] = src[r][c] for a 16 x 16 block (strides in floats).
-  static void transpose(const float* src, int64_t src_stride, float* dst, int64_t dst_stride) {
+  // dst[c][r] = src[r][c] · lane_scale[c] for a 16 x 16 block (strides in floats); no
+  // scaling where lane_scale is null.
+  static void transpose(const float* src, int64_t src_stride, float* dst, int64_t dst_stride,
+                        const float* lane_scale = nullptr) {
     __m512 r[16];
-    for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * src_stride);
+    load_rows(src, src_stride, lane_scale, r);
     transpose_store(r, dst, dst_stride);
   }
-  // dst[c][i] = rows[i][c]: the 16 x 16 transpose of 16 vectors, stored.
+  // As transpose, with each row of dst a whole 64-byte-aligned line written past the caches
+  // (fence() orders the stores).
+  static void stream_transpose(const float* src, int64_t src_stride, float* dst, int64_t dst_stride,
+                               const float* lane_scale) {
+    __m512 r[16];
+    load_rows(src, src_stride, lane_scale, r);
+    transpose_store<true>(r, dst, dst_stride);
+  }
+  static void load_rows(const float* src, int64_t src_stride, const float* lane_scale, __m512 (&r)[16]) {
+    for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * src_stride);
+    if (!lane_scale) return;
+    const __m512 scale = _mm512_loadu_ps(lane_scale);
+    for (int i = 0; i < 16; ++i) r[i] = _mm512_mul_ps(r[i], scale);
+  }
+  // dst[c][i] = rows[i][c]: the 16 x 16 transpose of 16 vectors, stored (Stream: as
+  // stream_transpose).
+  template <bool Stream = false>
   static void transpose_store(__m512 (&r)[16], float* dst, int64_t dst_stride) {
+    const auto put = [](float* at, __m512 x) {
+      if constexpr (Stream) _mm512_stream_ps(at, x); else _mm512_storeu_ps(at, x);
+    };
     __m512 u[16];
     for (int i = 0; i < 16; i += 2) {  // 32-bit pairs within 128-bit lanes
       u[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
@@ -86,10 +107,10 @@ struct Avx512Ops {
       const __m512 v1 = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0x88);
       const __m512 w0 = _mm512_shuffle_f32x4(r[k], r[4 + k], 0xdd);
       const __m512 w1 = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0xdd);
-      _mm512_storeu_ps(dst + k * dst_stride, _mm512_shuffle_f32x4(v0, v1, 0x88));
-      _mm512_storeu_ps(dst + (k + 8) * dst_stride, _mm512_shuffle_f32x4(v0, v1, 0xdd));
-      _mm512_storeu_ps(dst + (k + 4) * dst_stride, _mm512_shuffle_f32x4(w0, w1, 0x88));
-      _mm512_storeu_ps(dst + (k + 12) * dst_stride, _mm512_shuffle_f32x4(w0, w1, 0xdd));
+      put(dst + k * dst_stride, _mm512_shuffle_f32x4(v0, v1, 0x88));
+      put(dst + (k + 8) * dst_stride, _mm512_shuffle_f32x4(v0, v1, 0xdd));
+      put(dst + (k + 4) * dst_stride, _mm512_shuffle_f32x4(w0, w1, 0x88));
+      put(dst + (k + 12) * dst_stride, _mm512_shuffle_f32x4(w0, w1, 0xdd));
     }
   }
   // 2^x for x <= 0 (and -inf -> 0): degree-7 polynomial on [-0.5, 0.5], scaled by 2^round(x).

@@ -46,10 +46,13 @@ struct PortableOps {
   static V finite_or_zero(V x) {
     return map([&](int i) { return x.lane[i] == -std::numeric_limits<float>::infinity() ? 0.0f : x.lane[i]; });
   }
-  // dst[c][r] = src[r][c] for a W x W block (strides in floats).
-  static void transpose(const float* src, int64_t src_stride, float* dst, int64_t dst_stride) {
+  // dst[c][r] = src[r][c] · lane_scale[c] for a W x W block (strides in floats); no scaling
+  // where lane_scale is null.
+  static void transpose(const float* src, int64_t src_stride, float* dst, int64_t dst_stride,
+                        const float* lane_scale = nullptr) {
     for (int r = 0; r < W; ++r)
-      for (int c = 0; c < W; ++c) dst[c * dst_stride + r] = src[r * src_stride + c];
+      for (int c = 0; c < W; ++c)
+        dst[c * dst_stride + r] = src[r * src_stride + c] * (lane_scale ? lane_scale[c] : 1.0f);
   }
   static V exp2(V x) { return map([&](int i) { return std::exp2(x.lane[i]); }); }
 };
