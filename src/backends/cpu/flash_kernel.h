@@ -259,7 +259,7 @@ class FlashKernel {
   // out_rows copy (64-token windows +4%; bench/NOTES.md CPU entry 18).
   static bool streams_tiles(const AttentionParams& p, bool stream, int rows) {
     return kStreamsTransposes && stream && p.dtype == DType::f32 && p.head_dim % W == 0 && rows % BM == 0 &&
-           reinterpret_cast<uintptr_t>(p.out) % 64 == 0 && p.out_token_stride * 4 % 64 == 0;
+           reinterpret_cast<uintptr_t>(p.out) % 64 == 0 && p.out_token_stride * sizeof(float) % 64 == 0;
   }
 
   // q_rows[h][i] = Q[r0 + i][head_begin + h] as float, zero past head_dim and past `rows` (up
@@ -385,21 +385,20 @@ class FlashKernel {
                          int64_t r0, int64_t q0, int rows, int head, bool direct) {
     alignas(64) float inv_l[BM];
     for (int i = 0; i < BM; ++i) inv_l[i] = s.l[i] > 0.0f ? 1.0f / s.l[i] : 0.0f;  // 0: padding rows
-    if constexpr (kStreamsTransposes) {
-      if (direct) {
-        float* first = static_cast<float*>(p.out) + (g.start + q0) * p.out_token_stride + head * p.head_dim;
-        for (int c = 0; c < g.d_t; c += W)
-          for (int i = 0; i < BM; i += W)
-            Ops::stream_transpose(s.o.data() + int64_t(c) * BM + i, BM, first + i * p.out_token_stride + c,
-                                  p.out_token_stride, inv_l + i);
+    const int64_t stride = direct ? p.out_token_stride : int64_t(item.head_end - item.head_begin) * g.d_t;
+    float* first = direct ? static_cast<float*>(p.out) + (g.start + q0) * stride + head * p.head_dim
+                          : s.out_rows.data() + (q0 - r0) * stride + int64_t(head - item.head_begin) * g.d_t;
+    for (int c = 0; c < g.d_t; c += W) {
+      for (int i = 0; i < BM; i += W) {
+        const float* block = s.o.data() + int64_t(c) * BM + i;
+        if constexpr (kStreamsTransposes) {
+          if (direct) {
+            Ops::stream_transpose(block, BM, first + i * stride + c, stride, inv_l + i);
+            continue;
+          }
+        }
+        Ops::transpose(block, BM, first + i * stride + c, stride, inv_l + i);
       }
-    }
-    if (!direct) {
-      const int64_t token_stride = int64_t(item.head_end - item.head_begin) * g.d_t;
-      float* first = s.out_rows.data() + (q0 - r0) * token_stride + int64_t(head - item.head_begin) * g.d_t;
-      for (int c = 0; c < g.d_t; c += W)
-        for (int i = 0; i < BM; i += W)
-          Ops::transpose(s.o.data() + int64_t(c) * BM + i, BM, first + i * token_stride + c, token_stride, inv_l + i);
     }
     if (!p.lse) return;
     for (int i = 0; i < rows; ++i) {
