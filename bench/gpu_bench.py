@@ -10,13 +10,15 @@ Peers (backend `peer:<name>`): torch SDPA per image with the flash, cuDNN and ef
 kernels; nested jagged SDPA; torch varlen_attn (FlashAttention 2 inside PyTorch); padded SDPA
 with a key mask (or without, for equal lengths) when the padded batch fits. FLOPs =
 4 * sum(s^2) * heads * head_dim; time = median of triton.testing.do_bench (L2 flushed between
-runs). max_abs_err is measured against an fp32 reference on the first 256 query rows of the
-first and last image.
+runs), the backends timed in turn over --rounds rounds (default 3) and the median round kept.
+max_abs_err is measured against an fp32 reference on the first 256 query rows of the first and
+last image.
 """
 
 import argparse
 import json
 import platform
+import statistics
 import sys
 
 import torch
@@ -27,8 +29,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import visattn
 
 
-def median_ms(fn):
-    return tt.do_bench(fn, warmup=10, rep=60, return_mode="median")
+def median_ms(fn, rep=60):
+    return tt.do_bench(fn, warmup=10, rep=rep, return_mode="median")
 
 
 def copy_tbps():
@@ -150,13 +152,21 @@ BACKENDS = [
 ]
 
 
+def report_failure(name, w, error):
+    print(f"  {name} on {w.name}: {type(error).__name__}: {str(error).splitlines()[0][:100]}", file=sys.stderr)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", default="../shared/workloads.json")
     parser.add_argument("--json", help="write bench JSON here")
     parser.add_argument("--only", help="comma-separated workload names")
     parser.add_argument("--backends", help="comma-separated backend names (default: all)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="time the backends in turn this many times over (drift falls on all alike)")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
     specs = json.load(open(args.workloads))["workloads"]
     if args.only:
         specs = [s for s in specs if s["name"] in args.only.split(",")]
@@ -176,25 +186,41 @@ def main():
         w = Workload(spec)
         references = [(i, t0, rows, w.reference(i, rows)) for i, t0, rows in w.checked_rows()]
         line = f"{w.name:26}"
+        # Each backend's call is made and checked first; then the backends are timed in turn,
+        # `rounds` times over (the same 60 ms each in all), so that a clock or thermal drift
+        # during the run falls on every backend alike. ms: the median of the rounds' medians.
+        timed = {}  # backend name: (call, max_abs_err, one median per round)
         for name, make in backends:
             try:
                 call, image_out = make(w)
                 err = max((image_out(i)[:rows].float() - ref).abs().max().item() for i, _, rows, ref in references)
-                ms = median_ms(call)
             except Exception as error:  # noqa: BLE001 - a peer that cannot run this shape is reported, not fatal
-                print(f"  {name} on {w.name}: {type(error).__name__}: {str(error).splitlines()[0][:100]}",
-                      file=sys.stderr)
+                report_failure(name, w, error)
+                continue
+            timed[name] = (call, err, [])
+        for _ in range(args.rounds):
+            for name, (call, _, rounds) in list(timed.items()):
+                try:
+                    rounds.append(median_ms(call, rep=60 / args.rounds))
+                except Exception as error:  # noqa: BLE001 - e.g. out of memory while timing
+                    report_failure(name, w, error)
+                    del timed[name]
+        for name, _ in backends:
+            if name not in timed:
                 line += f"{'-':>17}"
                 continue
+            _, err, rounds = timed[name]
+            ms = statistics.median(rounds)
             tflops = w.flops / ms / 1e9
+            spread = 50 * (max(rounds) - min(rounds)) / ms  # half the range, in percent
             results.append({"workload": w.name, "backend": name, "dtype": "bf16", "heads": w.heads,
                             "head_dim": w.head_dim, "images": len(w.lengths), "tokens": w.cu[-1], "ms": ms,
-                            "tflops": tflops, "max_abs_err": err})
-            line += f"{tflops:17.1f}"
+                            "ms_rounds": rounds, "tflops": tflops, "max_abs_err": err})
+            line += f"{tflops:11.1f}±{spread:4.1f}%"
         print(line, flush=True)
-        del w
+        del w, timed
         torch.cuda.empty_cache()
-    print("(TFLOP/s, median)")
+    print(f"(TFLOP/s: median of {args.rounds} interleaved rounds, ± half their range)")
     plans = [b["plans_built"] for b in visattn.backends() if b["name"] == "cudnn"]
     if plans:
         print(f"# visattn cudnn: {plans[0]} cuDNN plans built in this run")
