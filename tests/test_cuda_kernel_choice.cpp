@@ -37,7 +37,10 @@ TEST(CudaKernelChoice, WideKeyBlocksWhereTheyPadLittle) {
   EXPECT_EQ(choice(true, 128, 90, repeat(16384, 4)), Kernel::sm90_wide_keys);  // hd128-long4
   EXPECT_EQ(choice(true, 80, 90, repeat(729, 64)), Kernel::sm90_wide_keys);    // siglip (72)
   EXPECT_EQ(choice(true, 80, 90, {16384, 12544, 9216, 6400}), Kernel::sm90_wide_keys);
-  EXPECT_EQ(choice(true, 64, 90, repeat(577, 64)), Kernel::sm90);  // clip: no wide block at 64
+  EXPECT_EQ(choice(true, 64, 90, repeat(577, 64)), Kernel::sm90);  // clip: 192 keys, 20% more work
+  // At head dim 64 the wide block must save 5% (576: 3 blocks of 192 against 640 keys).
+  EXPECT_EQ(choice(true, 64, 90, repeat(576, 64)), Kernel::sm90_wide_keys);
+  EXPECT_EQ(choice(true, 64, 90, repeat(2048, 8)), Kernel::sm90);  // 2112 keys against 2048
   EXPECT_EQ(choice(true, 80, 90, repeat(577, 64)), Kernel::sm90);  // 192 keys: 20% more work
   EXPECT_EQ(choice(true, 128, 90, repeat(256, 64)), Kernel::sm90);  // 176 keys: 37% more
   EXPECT_EQ(choice(true, 80, 90, repeat(64, 500)), Kernel::sm80);  // windows: 64-row tiles

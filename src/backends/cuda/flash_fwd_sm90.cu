@@ -71,9 +71,13 @@ struct Tiles {
   static constexpr int kStagesOffset = kConsumers * kGroupQBytes;
   static constexpr int kMaxStages = 4;
   static constexpr int kBarrierBytes = (2 + 4 * kMaxStages) * 8;  // Q full/empty; K and V full/empty per stage
-  static constexpr int kFit = (kMaxShared - kStagesOffset - kBarrierBytes) / kStageBytes;
+  // At head dim 64, one atom of ones after the stages: P V's 65th to 72nd columns, the row sums
+  // (at 80 and 96 V's own spare columns hold them; 128 has none and no room).
+  static constexpr int kOnesBytes = D == 64 ? kKeys * 128 : 0;
+  static constexpr int kFit = (kMaxShared - kStagesOffset - kOnesBytes - kBarrierBytes) / kStageBytes;
   static constexpr int kStages = kFit < kMaxStages ? kFit : kMaxStages;
-  static constexpr int kBarriersOffset = kStagesOffset + kStages * kStageBytes;
+  static constexpr int kOnesOffset = kStagesOffset + kStages * kStageBytes;
+  static constexpr int kBarriersOffset = kOnesOffset + kOnesBytes;
   static constexpr int kBytes = kBarriersOffset + kBarrierBytes;
   static_assert(kStages >= 2 && kBytes <= kMaxShared, "the tiles fit an H100's shared memory");
   // A consumer releases K of a block after that block's softmax, not before: ptxas then runs
@@ -111,11 +115,16 @@ __device__ inline void load_swizzled(unsigned char* tile, const T* base, int64_t
   }
 }
 
-template <typename T, int D, int Keys>
-__global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const KernelParams p) {
+template <typename T, int D, int Keys, bool TensorSums>
+__global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const KernelParams p, int tail_limit) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Layout = Tiles<D, Keys>;
   constexpr int kKeys = Layout::kKeys, kStages = Layout::kStages, kScores = kKeys / 2;  // S registers per thread
+  // Row sums on the tensor cores: columns D..D+7 of V hold ones (V's spare columns at head dims
+  // 80 and 96, an atom of ones after the stages at 64), so P V's wgmma, 8 columns wider, also
+  // sums P (as rounded for it) into O's columns D..D+7, and the softmax adds nothing up.
+  constexpr bool kSums = TensorSums && D != 128;
+  constexpr int kPvColumns = D + (kSums ? 8 : 0);
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ __align__(1024) unsigned char shared[];
   unsigned char* stages = shared + Layout::kStagesOffset;
@@ -137,6 +146,19 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
       mbarrier::init(&empty_k[s], 4 * kConsumers);  // every consumer warp
       mbarrier::init(&empty_v[s], 4 * kConsumers);
     }
+  }
+  if constexpr (kSums) {  // the ones, written once: the copies never touch them
+    const uint4 ones = make_uint4(pack2<T>(1.0f, 1.0f), pack2<T>(1.0f, 1.0f), pack2<T>(1.0f, 1.0f), pack2<T>(1.0f, 1.0f));
+    if constexpr (Layout::kOnesBytes > 0) {
+      for (int i = threadIdx.x; i < Layout::kOnesBytes / 16; i += kThreads)
+        reinterpret_cast<uint4*>(shared + Layout::kOnesOffset)[i] = ones;
+    } else {
+      for (int r = threadIdx.x; r < kStages * kKeys; r += kThreads) {
+        unsigned char* v_tile = stages + r / kKeys * Layout::kStageBytes + Layout::kKVBytes;
+        *reinterpret_cast<uint4*>(v_tile + chunk_offset(r % kKeys, D / 8, kKeys)) = ones;
+      }
+    }
+    sm90::fence_async_shared();  // visible to the tensor cores' reads
   }
   __syncthreads();
   // Items of this block: one per round of gridDim.x items, in a snake order
@@ -221,7 +243,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
   if (group == 1) turn_end();  // warpgroup 0 takes the first turn
 
   const bool windowed = p.window_left >= 0 || p.window_right >= 0;
-  float o[D / 2];  // register 4 j + e: row slot e / 2, column 8 j + 2 quad + e % 2
+  float o[kPvColumns / 2];  // register 4 j + e: row slot e / 2, column 8 j + 2 quad + e % 2
   float s[kScores];  // register 4 n + e: row slot e / 2, key kb + 8 n + 2 quad + e % 2
 #pragma unroll
   for (int i = 0; i < kScores; ++i) s[i] = 0.0f;
@@ -234,7 +256,12 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
   // descriptor plus b / 16 (its address field), so the wgmma loops add constants.
   const uint32_t q_desc = sm90::descriptor_low(q_tile, 16);
   const uint32_t k_desc = sm90::descriptor_low(stages, 16);
-  const uint32_t v_desc = sm90::descriptor_low(stages + Layout::kKVBytes, kKeys * 128);
+  // V's second 64-column atom is LBO bytes after its first: the next atom of its tile, or the
+  // ones (head dim 64 with the sums), whose distance shrinks by a stage per stage.
+  constexpr bool kOnesAtom = kSums && Layout::kOnesBytes > 0;
+  const uint32_t v_desc = sm90::descriptor_low(stages + Layout::kKVBytes,
+                                               kOnesAtom ? Layout::kOnesOffset - Layout::kStagesOffset - Layout::kKVBytes
+                                                         : kKeys * 128);
   auto stage_step = [](int n) { return uint32_t(n % kStages * (Layout::kStageBytes / 16)); };
   auto issue_s = [&](int n) {
     const uint32_t k_n = k_desc + stage_step(n);
@@ -248,9 +275,9 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
   };
   // O += P V of key block n (not waited for).
   auto issue_pv = [&](int n) {
-    const uint32_t v_n = v_desc + stage_step(n);
+    const uint32_t v_n = v_desc + stage_step(n) - (kOnesAtom ? stage_step(n) << 16 : 0u);
 #pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk) sm90::Wgmma<T, D>::rs_mn(o, p_now[kk], v_n + kk * 16 * 128 / 16, 1);
+    for (int kk = 0; kk < kKeys / 16; ++kk) sm90::Wgmma<T, kPvColumns>::rs_mn(o, p_now[kk], v_n + kk * 16 * 128 / 16, 1);
     sm90::wgmma_commit();
   };
   // Masks and exponentiates S of the item's key block j in place; row_scale: how much O must
@@ -287,7 +314,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
 #pragma unroll
     for (int i = 0; i < kScores; ++i) {
       s[i] = exp2_fast(fmaf(s[i], post, -row_base[i % 4 / 2]));
-      row_sum[i % 4 / 2] += s[i];
+      if constexpr (!kSums) row_sum[i % 4 / 2] += s[i];
     }
   };
   // P (the exponentiated S) into P V's A fragments: two n-blocks of S are one k16 fragment.
@@ -299,24 +326,82 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
     }
   };
 
+  // The last own key block n when it holds `keys` keys (tail > 0): the class token of a
+  // 577-token image (4 blocks and one key) costs a rank-one update here, not a fifth block of
+  // wgmmas. Each quad of lanes holds its two rows' columns 8 j + 2 quad + {0, 1}: it dots them
+  // with each key's (two shuffles complete the row), folds the score into the running max and
+  // sum as the softmax does, and adds the key's V row. Runs after the last P V: O is complete.
+  auto tail_update = [&](int n, int kb, int keys) {
+    wait_k(n), wait_v(n);
+    const unsigned char* k_tile = stages + n % kStages * Layout::kStageBytes;
+    const unsigned char* v_tile = k_tile + Layout::kKVBytes;
+    auto pair = [&](const unsigned char* tile, int row, int j, int rows) {
+      return unpack2<T>(*reinterpret_cast<const uint32_t*>(tile + chunk_offset(row, j, rows) + 4 * quad));
+    };
+    float2 q[2][D / 8];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j) q[h][j] = pair(q_tile, first_row % kGroupRows + 8 * h, j, kGroupRows);
+    }
+#pragma unroll 1
+    for (int t = 0; t < keys; ++t) {
+      float dot[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j) {
+        const float2 k = pair(k_tile, t, j, kKeys);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) dot[h] = fmaf(q[h][j].x, k.x, fmaf(q[h][j].y, k.y, dot[h]));
+      }
+      float weight[2], scale[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        dot[h] += __shfl_xor_sync(0xffffffffu, dot[h], 1);
+        dot[h] += __shfl_xor_sync(0xffffffffu, dot[h], 2);
+        const int key = kb + t;
+        const float score = key < key_min[h] || key >= key_max[h] ? -INFINITY : dot[h] * p.scale_log2;
+        const float new_max = fmaxf(row_max[h], score), base = new_max == -INFINITY ? 0.0f : new_max;
+        scale[h] = exp2_fast(row_max[h] - base);
+        weight[h] = exp2_fast(score - base);
+        row_max[h] = new_max;
+        row_sum[h] = row_sum[h] * scale[h] + (quad == 0 ? weight[h] : 0.0f);  // the quad's sum: one lane's
+      }
+#pragma unroll
+      for (int j = 0; j < kPvColumns / 8; ++j) {
+        const float2 v = j < D / 8 ? pair(v_tile, t, j, kKeys) : make_float2(1.0f, 1.0f);  // the sums' ones
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          o[4 * j + 2 * h] = fmaf(weight[h], v.x, o[4 * j + 2 * h] * scale[h]);
+          o[4 * j + 2 * h + 1] = fmaf(weight[h], v.y, o[4 * j + 2 * h + 1] * scale[h]);
+        }
+      }
+    }
+    release_k(n), release_v(n);
+  };
+
   // Begins item w (of `round`): its rows' keys and own blocks; waits for its Q, passes the
   // blocks before its own and issues S of its first own block (not waited for). Called before
   // the last item's output is stored, so that this S runs under those stores.
   int n = 0;  // n: key blocks of earlier items
   int blocks = 0, own_begin = 0, own_end = 0;
+  // Keys in the last own block when they are few (at most tail_limit) and blocks before it
+  // are own too: that block is added on the CUDA cores (tail_update), not on the tensor cores.
+  int tail = 0;
   auto begin_item = [&](int round) {
     // This thread's two rows (slot h: first_row + 8 h) and the keys each sees; the key blocks
     // some row of this warpgroup sees, [own_begin, own_end).
 #pragma unroll
     for (int h = 0; h < 2; ++h) row_keys(p, w, first_row + 8 * h, key_min[h], key_max[h]);
     blocks = key_blocks();
-    own_begin = own_end = 0;
+    own_begin = own_end = tail = 0;
     if (group * kGroupRows < w.rows) {
       int lo, hi, unused;
       row_keys(p, w, group * kGroupRows, lo, unused);
       row_keys(p, w, min(w.rows, (group + 1) * kGroupRows) - 1, unused, hi);
       own_begin = max(0, (lo - w.key_begin) / kKeys);
       own_end = max(own_begin, min(blocks, (hi - w.key_begin + kKeys - 1) / kKeys));
+      const int last_keys = hi - (w.key_begin + (own_end - 1) * kKeys);
+      if (own_end - own_begin >= 2 && last_keys <= tail_limit) tail = last_keys;
     }
     // Every warp waits for the item's Q, so that its "empty" arrival cannot run ahead of it.
     mbarrier::wait(q_full, round & 1);
@@ -336,11 +421,15 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
   // the next item's first S (row_max and row_sum stay the last item's until then).
   BlockWork done;
   uint32_t packed[2][D / 8];
-  auto pack_output = [&] {
+  auto pack_output = [&](float sink) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
-      row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
+      if constexpr (kSums) {  // the whole row's, in every lane; a sink adds its mass at the final max
+        row_sum[h] = o[D / 2 + 2 * h] + (p.sinks ? exp2_fast(sink - row_max[h]) : 0.0f);
+      } else {
+        row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
+        row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
+      }
       const float inverse = row_sum[h] > 0.0f ? 1.0f / row_sum[h] : 0.0f;
 #pragma unroll
       for (int j = 0; j < D / 8; ++j) packed[h][j] = pack2<T>(o[4 * j + 2 * h] * inverse, o[4 * j + 2 * h + 1] * inverse);
@@ -364,7 +453,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
   };
   auto clear_o = [&] {
 #pragma unroll
-    for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+    for (int i = 0; i < kPvColumns / 2; ++i) o[i] = 0.0f;
   };
 
   for (int round = 0;; ++round) {
@@ -387,7 +476,8 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
       release_k(n + own_begin);
       softmax(own_begin);  // O is zero: nothing to rescale
       pack_p();
-      for (int j = own_begin + 1; j < own_end; ++j) {
+      const int full_end = own_end - (tail > 0);  // blocks on the tensor cores
+      for (int j = own_begin + 1; j < full_end; ++j) {
         wait_k(n + j);
         wait_v(n + j - 1);
         sm90::fence_async_shared();
@@ -412,21 +502,26 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
         // Once a row's maximum has settled, its scale is exactly 1: most blocks skip this.
         if (__any_sync(0xffffffffu, row_scale[0] != 1.0f || row_scale[1] != 1.0f)) {
 #pragma unroll
-          for (int i = 0; i < D / 2; ++i) o[i] *= row_scale[i % 4 / 2];
+          for (int i = 0; i < kPvColumns / 2; ++i) o[i] *= row_scale[i % 4 / 2];
         }
         pack_p();
       }
-      release(q_empty);  // every S of the item is done: the producer may load the next Q
-      wait_v(n + own_end - 1);
+      if (!tail) release(q_empty);  // every S of the item is done: the producer may load the next Q
+      wait_v(n + full_end - 1);
       sm90::fence_async_shared();
       turn_begin();
       sm90::wgmma_fence();
-      issue_pv(n + own_end - 1);
+      issue_pv(n + full_end - 1);
       turn_end();
       sm90::wgmma_wait<0>();
       sm90::fence_operands(o);
       sm90::fence_operands(p_now);
-      release_v(n + own_end - 1);
+      release_v(n + full_end - 1);
+      if (tail) {
+        empty_turn();  // the tail block's turn, taken at once: the other warpgroup need not wait
+        tail_update(n + full_end, w.key_begin + full_end * kKeys, tail);
+        release(q_empty);
+      }
     } else {  // block 0's S was dropped: its turn is taken, its K and V are released
       clear_o();
       release_k(n);
@@ -438,7 +533,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
     for (int j = max(own_end, own_begin + 1); j < blocks; ++j) pass_block(n + j);
     n = (n + blocks) % (2 * kStages);  // as the producer counts
 
-    pack_output();
+    pack_output(sink);
   }
   if (group == 0) turn_begin();  // the last turn's end: no barrier is left half arrived
 #else
@@ -449,8 +544,14 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
 // One block per SM (registers allow no more) walks the items; the grid is sized for the
 // bucket, so no more blocks than it.
 template <typename T, int D, int Keys>
-cudaError_t launch(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
-  auto kernel = flash_fwd_sm90_kernel<T, D, Keys>;
+cudaError_t launch(const KernelParams& kp, int tail_limit, dim3 grid, cudaStream_t stream) {
+  // Experiment knob (A/B of the row sums on the tensor cores, not yet measured: off by default):
+  // VISATTN_CUDA_SM90_SUMS=1 sums P on the tensor cores, else the softmax adds it up.
+  static const bool sums = [] {
+    const char* set = std::getenv("VISATTN_CUDA_SM90_SUMS");
+    return set && std::atoi(set) != 0;
+  }();
+  auto kernel = sums ? flash_fwd_sm90_kernel<T, D, Keys, true> : flash_fwd_sm90_kernel<T, D, Keys, false>;
   constexpr int kBytes = Tiles<D, Keys>::kBytes;
   cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   int device = 0, sms = 0;
@@ -464,27 +565,28 @@ cudaError_t launch(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
     return set ? std::max(1, std::atoi(set)) : INT_MAX;
   }();
   grid.x = std::min<unsigned>(grid.x, unsigned(std::min(sms, cap)));
-  kernel<<<grid, kThreads, kBytes, stream>>>(kp);
+  kernel<<<grid, kThreads, kBytes, stream>>>(kp, tail_limit);
   return cudaGetLastError();
 }
 
 template <typename T>
-cudaError_t dispatch(const KernelParams& kp, int head_dim_pad, bool wide_keys, dim3 grid, cudaStream_t stream) {
+cudaError_t dispatch(const KernelParams& kp, int head_dim_pad, bool wide_keys, int tail_limit, dim3 grid,
+                     cudaStream_t stream) {
   return Sm90HeadDims::visit(head_dim_pad, cudaErrorInvalidValue, [&](auto d) {
     constexpr int D = decltype(d)::value;
     if constexpr (sm90_wide_keys(D) != kSm90Keys) {
-      if (wide_keys) return launch<T, D, sm90_wide_keys(D)>(kp, grid, stream);
+      if (wide_keys) return launch<T, D, sm90_wide_keys(D)>(kp, tail_limit, grid, stream);
     }
-    return launch<T, D, kSm90Keys>(kp, grid, stream);
+    return launch<T, D, kSm90Keys>(kp, tail_limit, grid, stream);
   });
 }
 
 }  // namespace
 
 cudaError_t launch_flash_forward_sm90(const KernelParams& params, bool bf16, int head_dim_pad, bool wide_keys,
-                                      dim3 grid, cudaStream_t stream) {
-  return bf16 ? dispatch<__nv_bfloat16>(params, head_dim_pad, wide_keys, grid, stream)
-              : dispatch<__half>(params, head_dim_pad, wide_keys, grid, stream);
+                                      int tail_limit, dim3 grid, cudaStream_t stream) {
+  return bf16 ? dispatch<__nv_bfloat16>(params, head_dim_pad, wide_keys, tail_limit, grid, stream)
+              : dispatch<__half>(params, head_dim_pad, wide_keys, tail_limit, grid, stream);
 }
 
 }  // namespace visattn::cuda

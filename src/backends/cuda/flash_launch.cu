@@ -66,13 +66,25 @@ cudaError_t dispatch_head_dim(const KernelParams& kp, int head_dim_pad, int64_t 
 }
 
 #if VISATTN_WITH_SM90A
+// Experiment knob (not yet measured: off by default): VISATTN_CUDA_SM90_TAIL=N adds an image's
+// last key block on the CUDA cores where it holds at most N keys (a class token after whole
+// blocks) instead of a block of wgmmas.
+int sm90_tail_limit() {
+  static const int limit = [] {
+    const char* set = std::getenv("VISATTN_CUDA_SM90_TAIL");
+    return set ? std::max(0, std::atoi(set)) : 0;
+  }();
+  return limit;
+}
+
 // The sm90 kernel's work at `keys` keys per block: each image's query rows times its keys
-// rounded up to whole blocks.
-double padded_work(const int32_t* cu_seqlens, int64_t num_images, int keys) {
+// rounded up to whole blocks (down, where the rest is a tail of at most tail_limit keys).
+double padded_work(const int32_t* cu_seqlens, int64_t num_images, int keys, int tail_limit) {
   double work = 0.0;
   for (int64_t i = 0; i < num_images; ++i) {
-    const int64_t n = cu_seqlens[i + 1] - cu_seqlens[i];
-    work += double(n) * double((n + keys - 1) / keys * keys);
+    const int64_t n = cu_seqlens[i + 1] - cu_seqlens[i], rest = n % keys;
+    const bool tail = n > keys && rest > 0 && rest <= tail_limit;
+    work += double(n) * double(tail ? n - rest : (n + keys - 1) / keys * keys);
   }
   return work;
 }
@@ -99,9 +111,11 @@ Kernel kernel_for(bool vector_io, int head_dim_pad, int compute_capability, cons
   const int wide_keys = sm90_wide_keys(head_dim_pad);
   if (wide_keys == kSm90Keys || narrow) return Kernel::sm90;
   if (wide) return Kernel::sm90_wide_keys;
-  return padded_work(cu_seqlens, num_images, wide_keys) <= 1.05 * padded_work(cu_seqlens, num_images, kSm90Keys)
-             ? Kernel::sm90_wide_keys
-             : Kernel::sm90;
+  const int tail = sm90_tail_limit();
+  const double wide_work = padded_work(cu_seqlens, num_images, wide_keys, tail),
+               work = padded_work(cu_seqlens, num_images, kSm90Keys, tail);
+  // At head dim 64 the wide block was no faster at equal work (CUDA entry 18): it must save some.
+  return wide_work <= (head_dim_pad == 64 ? 0.95 : 1.05) * work ? Kernel::sm90_wide_keys : Kernel::sm90;
 #else
   (void)vector_io, (void)head_dim_pad, (void)compute_capability, (void)cu_seqlens, (void)num_images;
   return Kernel::sm80;
@@ -112,7 +126,8 @@ cudaError_t launch_flash_forward(Kernel kernel, const KernelParams& params, bool
                                  int64_t max_seqlen, dim3 grid, cudaStream_t stream) {
 #if VISATTN_WITH_SM90A
   if (kernel != Kernel::sm80) {
-    return launch_flash_forward_sm90(params, bf16, head_dim_pad, kernel == Kernel::sm90_wide_keys, grid, stream);
+    return launch_flash_forward_sm90(params, bf16, head_dim_pad, kernel == Kernel::sm90_wide_keys, sm90_tail_limit(),
+                                     grid, stream);
   }
 #endif
   if (kernel != Kernel::sm80) return cudaErrorInvalidValue;

@@ -26,11 +26,8 @@ using Sm80HeadDims = HeadDimList<32, 64, 80, 96, 128, 256>;
 using Sm90HeadDims = HeadDimList<64, 80, 96, 128>;
 // Its keys per block: 128, or this wider block where the lengths pad it to little more work
 // (kernel_for): at head dim 128 the most keys whose S, P and O the consumers' registers hold
-// without spills, at 80 and 96 192; none at 64, where 192 was no faster (bench/NOTES.md CUDA
-// entry 18).
+// without spills, else 192 (at 64 only where it saves work: bench/NOTES.md CUDA entry 18).
 constexpr int kSm90Keys = 128;
-constexpr int sm90_wide_keys(int head_dim_pad) {
-  return head_dim_pad == 128 ? 176 : head_dim_pad > 64 ? 192 : kSm90Keys;
-}
+constexpr int sm90_wide_keys(int head_dim_pad) { return head_dim_pad == 128 ? 176 : 192; }
 
 }  // namespace visattn::cuda

@@ -68,6 +68,20 @@ __device__ inline uint32_t pack2<__half>(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// One register of two 16-bit elements as two floats (x: the low half).
+template <typename T>
+__device__ inline float2 unpack2(uint32_t pair);
+
+template <>
+__device__ inline float2 unpack2<__nv_bfloat16>(uint32_t pair) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&pair));
+}
+
+template <>
+__device__ inline float2 unpack2<__half>(uint32_t pair) {
+  return __half22float2(*reinterpret_cast<const __half2*>(&pair));
+}
+
 // 16 bytes global -> shared without passing through registers; `bytes` = 0 writes zeros and
 // reads nothing (rows past the end of an image, padded head-dim columns).
 __device__ inline void cp_async_16(void* shared, const void* global, int bytes) {
