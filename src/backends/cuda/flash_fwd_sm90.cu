@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
+#include <string_view>
 
 #include "backends/cuda/block_work.cuh"
 #include "backends/cuda/flash_params.h"
@@ -52,9 +53,13 @@ constexpr int kProducerThreads = 128;            // a warpgroup: sm90 allocates 
 constexpr int kThreads = kConsumerThreads + kProducerThreads;
 // Registers per thread: what ptxas may give each of the 384 threads (65536 / 384, rounded
 // down to 8), then moved from the producers, which need few, to the consumers (setmaxnreg).
-constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
-static_assert(kProducerThreads * kProducerRegisters + kConsumerThreads * kConsumerRegisters <= 65536,
-              "the registers fit the SM");
+// Experiment (knob VISATTN_CUDA_SM90_EXPERIMENT=registers, not yet measured): 32 and 240,
+// with which the 176-key kernels release K after the softmax without spilling.
+template <bool More>
+struct Registers {
+  static constexpr int kProducer = More ? 32 : 40, kConsumer = More ? 240 : 232;
+  static_assert(kProducerThreads * kProducer + kConsumerThreads * kConsumer <= 65536, "the registers fit the SM");
+};
 constexpr int kMaxShared = 227 * 1024;           // per block on sm90
 
 // Shared memory of head dim D (padded) and key blocks of kKeys (S is m64 x kKeys per
@@ -80,11 +85,6 @@ struct Tiles {
   static constexpr int kBarriersOffset = kOnesOffset + kOnesBytes;
   static constexpr int kBytes = kBarriersOffset + kBarrierBytes;
   static_assert(kStages >= 2 && kBytes <= kMaxShared, "the tiles fit an H100's shared memory");
-  // A consumer releases K of a block after that block's softmax, not before: ptxas then runs
-  // the maxima under P V of the block before (at 192 keys: large4 +2%, the other head dim 80
-  // workloads within noise; bench/NOTES.md CUDA entry 19). Not at 176 keys (head dim 128): the
-  // kernel then spills 44 bytes and lost 3%.
-  static constexpr bool kReleaseKAfterSoftmax = Keys == 192;
 };
 
 // Byte offset of 16-byte chunk c (columns 8c..8c+7) of row r in a swizzled tile of `rows` rows.
@@ -115,7 +115,10 @@ __device__ inline void load_swizzled(unsigned char* tile, const T* base, int64_t
   }
 }
 
-template <typename T, int D, int Keys, bool TensorSums>
+// Experiments, not yet measured (a template parameter, picked by VISATTN_CUDA_SM90_EXPERIMENT):
+enum Experiment { kBase, kTensorSums, kMoreRegisters };
+
+template <typename T, int D, int Keys, int Variant>
 __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const KernelParams p, int tail_limit) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Layout = Tiles<D, Keys>;
@@ -123,7 +126,13 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
   // Row sums on the tensor cores: columns D..D+7 of V hold ones (V's spare columns at head dims
   // 80 and 96, an atom of ones after the stages at 64), so P V's wgmma, 8 columns wider, also
   // sums P (as rounded for it) into O's columns D..D+7, and the softmax adds nothing up.
-  constexpr bool kSums = TensorSums && D != 128;
+  constexpr bool kSums = Variant == kTensorSums && D != 128;
+  using Regs = Registers<Variant == kMoreRegisters>;
+  // A consumer releases K of a block after that block's softmax, not before: ptxas then runs
+  // the maxima under P V of the block before (at 192 keys: large4 +2%, the other head dim 80
+  // workloads within noise; bench/NOTES.md CUDA entry 19). At 176 keys (head dim 128) the
+  // kernel then spills 44 bytes at 232 registers and lost 3%; at 240 it does not spill.
+  constexpr bool kReleaseKAfterSoftmax = Keys == 192 || (Keys == 176 && Variant == kMoreRegisters);
   constexpr int kPvColumns = D + (kSums ? 8 : 0);
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ __align__(1024) unsigned char shared[];
@@ -173,7 +182,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
   auto key_blocks = [&] { return (w.key_end - w.key_begin + kKeys - 1) / kKeys; };
 
   if (threadIdx.x >= kConsumerThreads) {  // the producer warpgroup
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters));
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Regs::kProducer));
     const int thread = threadIdx.x - kConsumerThreads;
     const T* k = static_cast<const T*>(p.k);
     const T* v = static_cast<const T*>(p.v);
@@ -211,7 +220,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
   }
 
   // A consumer: warpgroup `group` owns rows [64 group, 64 group + 64) of each tile.
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters));
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Regs::kConsumer));
   const int group = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int quad = lane % 4, first_row = group * kGroupRows + 16 * warp + lane / 4;
   const unsigned char* q_tile = shared + group * Layout::kGroupQBytes;
@@ -488,9 +497,9 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
         turn_end();
         sm90::wgmma_wait<1>();  // S of block j; P V of block j - 1 still runs
         sm90::fence_operands(s);
-        if constexpr (!Layout::kReleaseKAfterSoftmax) release_k(n + j);
+        if constexpr (!kReleaseKAfterSoftmax) release_k(n + j);
         softmax(j);
-        if constexpr (Layout::kReleaseKAfterSoftmax) release_k(n + j);
+        if constexpr (kReleaseKAfterSoftmax) release_k(n + j);
         // ptxas hoists this wait above the softmax (the PTX has it below; with K released late,
         // above its exponentials): the softmax runs after P V of block j - 1, under the other
         // warpgroup's matrix work only. Keeping it below (a shared store in between pins it)
@@ -545,13 +554,16 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
 // bucket, so no more blocks than it.
 template <typename T, int D, int Keys>
 cudaError_t launch(const KernelParams& kp, int tail_limit, dim3 grid, cudaStream_t stream) {
-  // Experiment knob (A/B of the row sums on the tensor cores, not yet measured: off by default):
-  // VISATTN_CUDA_SM90_SUMS=1 sums P on the tensor cores, else the softmax adds it up.
-  static const bool sums = [] {
-    const char* set = std::getenv("VISATTN_CUDA_SM90_SUMS");
-    return set && std::atoi(set) != 0;
+  // Experiment knob (A/B, off by default): VISATTN_CUDA_SM90_EXPERIMENT=sums sums P on the
+  // tensor cores (bench/NOTES.md CUDA entry 20); =registers gives the consumers 240 registers.
+  static const int variant = [] {
+    const char* set = std::getenv("VISATTN_CUDA_SM90_EXPERIMENT");
+    const std::string_view name = set ? set : "";
+    return name == "sums" ? kTensorSums : name == "registers" ? kMoreRegisters : kBase;
   }();
-  auto kernel = sums ? flash_fwd_sm90_kernel<T, D, Keys, true> : flash_fwd_sm90_kernel<T, D, Keys, false>;
+  auto kernel = variant == kTensorSums      ? flash_fwd_sm90_kernel<T, D, Keys, kTensorSums>
+                : variant == kMoreRegisters ? flash_fwd_sm90_kernel<T, D, Keys, kMoreRegisters>
+                                            : flash_fwd_sm90_kernel<T, D, Keys, kBase>;
   constexpr int kBytes = Tiles<D, Keys>::kBytes;
   cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   int device = 0, sms = 0;
