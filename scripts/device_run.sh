@@ -9,7 +9,8 @@
 # report of one cuda kernel launch per workload (ncu_<workload>.txt); PROFILE_SOURCE=workload[,..]
 # its stall samples per SASS instruction (logs/source_<workload>.csv); BENCH_ARGS go to bench/gpu_bench.py;
 # VARIANTS (below) benches kernel variants picked by environment variables; VARIANTS_ONLY=1 skips
-# every check and bench but those (kernel experiments); CROSSOVER=1 benches cuda against cudnn
+# every check and bench but those (kernel experiments); FORCED_CHECKS (below) checks settings on
+# the forced sm90 kernel; CROSSOVER=1 benches cuda against cudnn
 # by image length.
 set -uo pipefail
 OUT=${OUT:-/tmp/visattn-out}
@@ -122,6 +123,14 @@ else
   log "python (variants only)"
   python_install
 fi
+
+# FORCED_CHECKS="VAR=value[,VAR=value] ...": before the variants, the sm90 kernel forced onto
+# every batch on 7 blocks (each block walks many items) and checked with each setting (100 cases).
+for settings in ${FORCED_CHECKS:-}; do
+  log "check, sm90 forced on 7 blocks ($settings)"
+  env VISATTN_CUDA_SM90=1 VISATTN_CUDA_SM90_GRID=7 ${settings//,/ } timeout 120 build/visattn check --backend cuda \
+    --cases 100 --seed 9 > "$LOGS/check_forced.log" 2>&1; check_summary "$LOGS/check_forced.log" 1
+done
 
 # VARIANTS="name:VAR=value[,VAR=value] ...": kernel variants picked by environment variables,
 # each checked (100 cases) and benched into bench_<name>.json (backends VARIANT_BACKENDS,
