@@ -53,12 +53,16 @@ constexpr int kProducerThreads = 128;            // a warpgroup: sm90 allocates 
 constexpr int kThreads = kConsumerThreads + kProducerThreads;
 // Registers per thread: what ptxas may give each of the 384 threads (65536 / 384, rounded
 // down to 8), then moved from the producers, which need few, to the consumers (setmaxnreg).
-// Experiment (knob VISATTN_CUDA_SM90_EXPERIMENT=registers, not yet measured): 32 and 240,
-// with which the 176-key kernels release K after the softmax without spilling.
+// setmaxnreg.inc waits until the block's own pool (fixed at launch) has the registers, so a
+// split beyond that pool hangs. Experiment (knob VISATTN_CUDA_SM90_EXPERIMENT=registers, not
+// yet measured): 24 and 240, with which the 176-key kernels release K after the softmax
+// without spilling.
+constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
 template <bool More>
 struct Registers {
-  static constexpr int kProducer = More ? 32 : 40, kConsumer = More ? 240 : 232;
-  static_assert(kProducerThreads * kProducer + kConsumerThreads * kConsumer <= 65536, "the registers fit the SM");
+  static constexpr int kProducer = More ? 24 : 40, kConsumer = More ? 240 : 232;
+  static_assert(kProducerThreads * kProducer + kConsumerThreads * kConsumer <= kThreads * kLaunchRegisters,
+                "the split fits the registers the block holds from launch");
 };
 constexpr int kMaxShared = 227 * 1024;           // per block on sm90
 
