@@ -80,13 +80,9 @@ struct Tiles {
   static constexpr int kStagesOffset = kConsumers * kGroupQBytes;
   static constexpr int kMaxStages = 4;
   static constexpr int kBarrierBytes = (2 + 4 * kMaxStages) * 8;  // Q full/empty; K and V full/empty per stage
-  // At head dim 64, one atom of ones after the stages: P V's 65th to 72nd columns, the row sums
-  // (at 80 and 96 V's own spare columns hold them; 128 has none and no room).
-  static constexpr int kOnesBytes = D == 64 ? kKeys * 128 : 0;
-  static constexpr int kFit = (kMaxShared - kStagesOffset - kOnesBytes - kBarrierBytes) / kStageBytes;
+  static constexpr int kFit = (kMaxShared - kStagesOffset - kBarrierBytes) / kStageBytes;
   static constexpr int kStages = kFit < kMaxStages ? kFit : kMaxStages;
-  static constexpr int kOnesOffset = kStagesOffset + kStages * kStageBytes;
-  static constexpr int kBarriersOffset = kOnesOffset + kOnesBytes;
+  static constexpr int kBarriersOffset = kStagesOffset + kStages * kStageBytes;
   static constexpr int kBytes = kBarriersOffset + kBarrierBytes;
   static_assert(kStages >= 2 && kBytes <= kMaxShared, "the tiles fit an H100's shared memory");
 };
@@ -120,24 +116,19 @@ __device__ inline void load_swizzled(unsigned char* tile, const T* base, int64_t
 }
 
 // Experiments, not yet measured (a template parameter, picked by VISATTN_CUDA_SM90_EXPERIMENT):
-enum Experiment { kBase, kTensorSums, kMoreRegisters };
+enum Experiment { kBase, kMoreRegisters };
 
 template <typename T, int D, int Keys, int Variant>
 __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const KernelParams p, int tail_limit) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Layout = Tiles<D, Keys>;
   constexpr int kKeys = Layout::kKeys, kStages = Layout::kStages, kScores = kKeys / 2;  // S registers per thread
-  // Row sums on the tensor cores: columns D..D+7 of V hold ones (V's spare columns at head dims
-  // 80 and 96, an atom of ones after the stages at 64), so P V's wgmma, 8 columns wider, also
-  // sums P (as rounded for it) into O's columns D..D+7, and the softmax adds nothing up.
-  constexpr bool kSums = Variant == kTensorSums && D != 128;
   using Regs = Registers<Variant == kMoreRegisters>;
   // A consumer releases K of a block after that block's softmax, not before: ptxas then runs
   // the maxima under P V of the block before (at 192 keys: large4 +2%, the other head dim 80
   // workloads within noise; bench/NOTES.md CUDA entry 19). At 176 keys (head dim 128) the
   // kernel then spills 44 bytes at 232 registers and lost 3%; at 240 it does not spill.
   constexpr bool kReleaseKAfterSoftmax = Keys == 192 || (Keys == 176 && Variant == kMoreRegisters);
-  constexpr int kPvColumns = D + (kSums ? 8 : 0);
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ __align__(1024) unsigned char shared[];
   unsigned char* stages = shared + Layout::kStagesOffset;
@@ -159,19 +150,6 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
       mbarrier::init(&empty_k[s], 4 * kConsumers);  // every consumer warp
       mbarrier::init(&empty_v[s], 4 * kConsumers);
     }
-  }
-  if constexpr (kSums) {  // the ones, written once: the copies never touch them
-    const uint4 ones = make_uint4(pack2<T>(1.0f, 1.0f), pack2<T>(1.0f, 1.0f), pack2<T>(1.0f, 1.0f), pack2<T>(1.0f, 1.0f));
-    if constexpr (Layout::kOnesBytes > 0) {
-      for (int i = threadIdx.x; i < Layout::kOnesBytes / 16; i += kThreads)
-        reinterpret_cast<uint4*>(shared + Layout::kOnesOffset)[i] = ones;
-    } else {
-      for (int r = threadIdx.x; r < kStages * kKeys; r += kThreads) {
-        unsigned char* v_tile = stages + r / kKeys * Layout::kStageBytes + Layout::kKVBytes;
-        *reinterpret_cast<uint4*>(v_tile + chunk_offset(r % kKeys, D / 8, kKeys)) = ones;
-      }
-    }
-    sm90::fence_async_shared();  // visible to the tensor cores' reads
   }
   __syncthreads();
   // Items of this block: one per round of gridDim.x items, in a snake order
@@ -256,7 +234,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
   if (group == 1) turn_end();  // warpgroup 0 takes the first turn
 
   const bool windowed = p.window_left >= 0 || p.window_right >= 0;
-  float o[kPvColumns / 2];  // register 4 j + e: row slot e / 2, column 8 j + 2 quad + e % 2
+  float o[D / 2];  // register 4 j + e: row slot e / 2, column 8 j + 2 quad + e % 2
   float s[kScores];  // register 4 n + e: row slot e / 2, key kb + 8 n + 2 quad + e % 2
 #pragma unroll
   for (int i = 0; i < kScores; ++i) s[i] = 0.0f;
@@ -269,12 +247,8 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
   // descriptor plus b / 16 (its address field), so the wgmma loops add constants.
   const uint32_t q_desc = sm90::descriptor_low(q_tile, 16);
   const uint32_t k_desc = sm90::descriptor_low(stages, 16);
-  // V's second 64-column atom is LBO bytes after its first: the next atom of its tile, or the
-  // ones (head dim 64 with the sums), whose distance shrinks by a stage per stage.
-  constexpr bool kOnesAtom = kSums && Layout::kOnesBytes > 0;
-  const uint32_t v_desc = sm90::descriptor_low(stages + Layout::kKVBytes,
-                                               kOnesAtom ? Layout::kOnesOffset - Layout::kStagesOffset - Layout::kKVBytes
-                                                         : kKeys * 128);
+  // V's second 64-column atom is LBO bytes after its first: the next atom of its tile.
+  const uint32_t v_desc = sm90::descriptor_low(stages + Layout::kKVBytes, kKeys * 128);
   auto stage_step = [](int n) { return uint32_t(n % kStages * (Layout::kStageBytes / 16)); };
   auto issue_s = [&](int n) {
     const uint32_t k_n = k_desc + stage_step(n);
@@ -288,9 +262,9 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
   };
   // O += P V of key block n (not waited for).
   auto issue_pv = [&](int n) {
-    const uint32_t v_n = v_desc + stage_step(n) - (kOnesAtom ? stage_step(n) << 16 : 0u);
+    const uint32_t v_n = v_desc + stage_step(n);
 #pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk) sm90::Wgmma<T, kPvColumns>::rs_mn(o, p_now[kk], v_n + kk * 16 * 128 / 16, 1);
+    for (int kk = 0; kk < kKeys / 16; ++kk) sm90::Wgmma<T, D>::rs_mn(o, p_now[kk], v_n + kk * 16 * 128 / 16, 1);
     sm90::wgmma_commit();
   };
   // Masks and exponentiates S of the item's key block j in place; row_scale: how much O must
@@ -327,7 +301,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
 #pragma unroll
     for (int i = 0; i < kScores; ++i) {
       s[i] = exp2_fast(fmaf(s[i], post, -row_base[i % 4 / 2]));
-      if constexpr (!kSums) row_sum[i % 4 / 2] += s[i];
+      row_sum[i % 4 / 2] += s[i];
     }
   };
   // P (the exponentiated S) into P V's A fragments: two n-blocks of S are one k16 fragment.
@@ -380,8 +354,8 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
         row_sum[h] = row_sum[h] * scale[h] + (quad == 0 ? weight[h] : 0.0f);  // the quad's sum: one lane's
       }
 #pragma unroll
-      for (int j = 0; j < kPvColumns / 8; ++j) {
-        const float2 v = j < D / 8 ? pair(v_tile, t, j, kKeys) : make_float2(1.0f, 1.0f);  // the sums' ones
+      for (int j = 0; j < D / 8; ++j) {
+        const float2 v = pair(v_tile, t, j, kKeys);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           o[4 * j + 2 * h] = fmaf(weight[h], v.x, o[4 * j + 2 * h] * scale[h]);
@@ -437,12 +411,8 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
   auto pack_output = [&](float sink) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      if constexpr (kSums) {  // the whole row's, in every lane; a sink adds its mass at the final max
-        row_sum[h] = o[D / 2 + 2 * h] + (p.sinks ? exp2_fast(sink - row_max[h]) : 0.0f);
-      } else {
-        row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
-        row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
-      }
+      row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
+      row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
       const float inverse = row_sum[h] > 0.0f ? 1.0f / row_sum[h] : 0.0f;
 #pragma unroll
       for (int j = 0; j < D / 8; ++j) packed[h][j] = pack2<T>(o[4 * j + 2 * h] * inverse, o[4 * j + 2 * h + 1] * inverse);
@@ -466,7 +436,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
   };
   auto clear_o = [&] {
 #pragma unroll
-    for (int i = 0; i < kPvColumns / 2; ++i) o[i] = 0.0f;
+    for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
   };
 
   for (int round = 0;; ++round) {
@@ -515,7 +485,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
         // Once a row's maximum has settled, its scale is exactly 1: most blocks skip this.
         if (__any_sync(0xffffffffu, row_scale[0] != 1.0f || row_scale[1] != 1.0f)) {
 #pragma unroll
-          for (int i = 0; i < kPvColumns / 2; ++i) o[i] *= row_scale[i % 4 / 2];
+          for (int i = 0; i < D / 2; ++i) o[i] *= row_scale[i % 4 / 2];
         }
         pack_p();
       }
@@ -558,16 +528,14 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
 // bucket, so no more blocks than it.
 template <typename T, int D, int Keys>
 cudaError_t launch(const KernelParams& kp, int tail_limit, dim3 grid, cudaStream_t stream) {
-  // Experiment knob (A/B, off by default): VISATTN_CUDA_SM90_EXPERIMENT=sums sums P on the
-  // tensor cores (bench/NOTES.md CUDA entry 20); =registers gives the consumers 240 registers.
+  // Experiment knob (A/B, off by default): VISATTN_CUDA_SM90_EXPERIMENT=registers gives the
+  // consumers 240 registers (bench/NOTES.md CUDA entry 22).
   static const int variant = [] {
     const char* set = std::getenv("VISATTN_CUDA_SM90_EXPERIMENT");
-    const std::string_view name = set ? set : "";
-    return name == "sums" ? kTensorSums : name == "registers" ? kMoreRegisters : kBase;
+    return set && std::string_view(set) == "registers" ? kMoreRegisters : kBase;
   }();
-  auto kernel = variant == kTensorSums      ? flash_fwd_sm90_kernel<T, D, Keys, kTensorSums>
-                : variant == kMoreRegisters ? flash_fwd_sm90_kernel<T, D, Keys, kMoreRegisters>
-                                            : flash_fwd_sm90_kernel<T, D, Keys, kBase>;
+  auto kernel = variant == kMoreRegisters ? flash_fwd_sm90_kernel<T, D, Keys, kMoreRegisters>
+                                          : flash_fwd_sm90_kernel<T, D, Keys, kBase>;
   constexpr int kBytes = Tiles<D, Keys>::kBytes;
   cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   int device = 0, sms = 0;
