@@ -66,13 +66,15 @@ build/visattn check --backend cuda --cases "$([ -n "${QUICK:-}" ] && echo 100 ||
 log "check cuda, the sm80 kernel alone (VISATTN_CUDA_SM90=0)"
 VISATTN_CUDA_SM90=0 build/visattn check --backend cuda --cases 200 --seed 5 > "$LOGS/check_cuda_sm80.log" 2>&1; check_summary "$LOGS/check_cuda_sm80.log" 1
 
-log "check cuda, the sm90 (wgmma) kernel on every batch (VISATTN_CUDA_SM90=1) on 7 blocks, 128-key and wide key blocks; its SASS (HGMMA: warpgroup MMAs)"
+log "check cuda, the sm90 (wgmma) kernel on every batch (VISATTN_CUDA_SM90=1) on 7 blocks, 128-key and wide key blocks, and the tail path on most images; its SASS (HGMMA: warpgroup MMAs)"
 # A timeout: a wrong barrier phase in a new kernel hangs instead of failing. Seven blocks: each
 # walks many items of the persistent grid (the full grid runs in the check above). Each key
-# block size on every batch, whatever the lengths would pick.
-for keys in 128 wide; do
-  VISATTN_CUDA_SM90=1 VISATTN_CUDA_SM90_GRID=7 VISATTN_CUDA_SM90_KEYS=$keys timeout 300 build/visattn check --backend cuda \
-    --cases 200 --seed 9 > "$LOGS/check_cuda_sm90_$keys.log" 2>&1
+# block size on every batch, whatever the lengths would pick; then a last block of up to 100
+# keys on the CUDA cores (the tail path; by default at most 4).
+for keys in 128 wide tail; do
+  tail_limit=$([ $keys = tail ] && echo 100 || echo 4)
+  VISATTN_CUDA_SM90=1 VISATTN_CUDA_SM90_GRID=7 VISATTN_CUDA_SM90_KEYS=${keys/tail/wide} VISATTN_CUDA_SM90_TAIL=$tail_limit \
+    timeout 300 build/visattn check --backend cuda --cases 200 --seed 9 > "$LOGS/check_cuda_sm90_$keys.log" 2>&1
   echo "rc=$?" >> "$LOGS/check_cuda_sm90_$keys.log"; echo "keys $keys:" | tee -a "$OUT/summary.txt"; check_summary "$LOGS/check_cuda_sm90_$keys.log" 2
 done
 sm90_object=$(find build -name 'flash_fwd_sm90.cu.o' | head -1)

@@ -27,7 +27,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
-#include <string_view>
 
 #include "backends/cuda/block_work.cuh"
 #include "backends/cuda/flash_params.h"
@@ -54,13 +53,13 @@ constexpr int kThreads = kConsumerThreads + kProducerThreads;
 // Registers per thread: what ptxas may give each of the 384 threads (65536 / 384, rounded
 // down to 8), then moved from the producers, which need few, to the consumers (setmaxnreg).
 // setmaxnreg.inc waits until the block's own pool (fixed at launch) has the registers, so a
-// split beyond that pool hangs. Experiment (knob VISATTN_CUDA_SM90_EXPERIMENT=registers, not
-// yet measured): 24 and 240, with which the 176-key kernels release K after the softmax
-// without spilling.
+// split beyond that pool hangs. 24/240 ran siglip 2-4% faster than 40/232 (bench/NOTES.md CUDA
+// entry 22); the 176-key kernels spill with it (values from before the split) and lost 3%:
+// they keep 40/232.
 constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
-template <bool More>
+template <int Keys>
 struct Registers {
-  static constexpr int kProducer = More ? 24 : 40, kConsumer = More ? 240 : 232;
+  static constexpr int kProducer = Keys == 176 ? 40 : 24, kConsumer = Keys == 176 ? 232 : 240;
   static_assert(kProducerThreads * kProducer + kConsumerThreads * kConsumer <= kThreads * kLaunchRegisters,
                 "the split fits the registers the block holds from launch");
 };
@@ -115,20 +114,17 @@ __device__ inline void load_swizzled(unsigned char* tile, const T* base, int64_t
   }
 }
 
-// Experiments, not yet measured (a template parameter, picked by VISATTN_CUDA_SM90_EXPERIMENT):
-enum Experiment { kBase, kMoreRegisters };
-
-template <typename T, int D, int Keys, int Variant>
+template <typename T, int D, int Keys>
 __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const KernelParams p, int tail_limit) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Layout = Tiles<D, Keys>;
   constexpr int kKeys = Layout::kKeys, kStages = Layout::kStages, kScores = kKeys / 2;  // S registers per thread
-  using Regs = Registers<Variant == kMoreRegisters>;
+  using Regs = Registers<Keys>;
   // A consumer releases K of a block after that block's softmax, not before: ptxas then runs
   // the maxima under P V of the block before (at 192 keys: large4 +2%, the other head dim 80
   // workloads within noise; bench/NOTES.md CUDA entry 19). At 176 keys (head dim 128) the
-  // kernel then spills 44 bytes at 232 registers and lost 3%; at 240 it does not spill.
-  constexpr bool kReleaseKAfterSoftmax = Keys == 192 || (Keys == 176 && Variant == kMoreRegisters);
+  // kernel then spills 44 bytes at 232 registers and lost 3%.
+  constexpr bool kReleaseKAfterSoftmax = Keys == 192;
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ __align__(1024) unsigned char shared[];
   unsigned char* stages = shared + Layout::kStagesOffset;
@@ -528,14 +524,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
 // bucket, so no more blocks than it.
 template <typename T, int D, int Keys>
 cudaError_t launch(const KernelParams& kp, int tail_limit, dim3 grid, cudaStream_t stream) {
-  // Experiment knob (A/B, off by default): VISATTN_CUDA_SM90_EXPERIMENT=registers gives the
-  // consumers 240 registers (bench/NOTES.md CUDA entry 22).
-  static const int variant = [] {
-    const char* set = std::getenv("VISATTN_CUDA_SM90_EXPERIMENT");
-    return set && std::string_view(set) == "registers" ? kMoreRegisters : kBase;
-  }();
-  auto kernel = variant == kMoreRegisters ? flash_fwd_sm90_kernel<T, D, Keys, kMoreRegisters>
-                                          : flash_fwd_sm90_kernel<T, D, Keys, kBase>;
+  auto kernel = flash_fwd_sm90_kernel<T, D, Keys>;
   constexpr int kBytes = Tiles<D, Keys>::kBytes;
   cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   int device = 0, sms = 0;
