@@ -310,7 +310,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
   };
 
   // The last own key block n when it holds `keys` keys (tail > 0): the class token of a
-  // 577-token image (4 blocks and one key) costs a rank-one update here, not a fifth block of
+  // 577-token image (3 blocks of 192 and one key) costs a rank-one update here, not a fourth block of
   // wgmmas. Each quad of lanes holds its two rows' columns 8 j + 2 quad + {0, 1}: it dots them
   // with each key's (two shuffles complete the row), folds the score into the running max and
   // sum as the softmax does, and adds the key's V row. Runs after the last P V: O is complete.
@@ -404,7 +404,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
   // the next item's first S (row_max and row_sum stay the last item's until then).
   BlockWork done;
   uint32_t packed[2][D / 8];
-  auto pack_output = [&](float sink) {
+  auto pack_output = [&] {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
@@ -512,7 +512,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
     for (int j = max(own_end, own_begin + 1); j < blocks; ++j) pass_block(n + j);
     n = (n + blocks) % (2 * kStages);  // as the producer counts
 
-    pack_output(sink);
+    pack_output();
   }
   if (group == 0) turn_begin();  // the last turn's end: no barrier is left half arrived
 #else
