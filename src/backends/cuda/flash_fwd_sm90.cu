@@ -3,7 +3,7 @@
 // SM takes one item (tile, head) per round of gridDim.x items, in a snake order.
 //   - a producer warpgroup (setmaxnreg: few registers) copies each item's Q and its K/V blocks
 //     of 128 keys or sm90_wide_keys(D) (cp.async, 16-byte chunks straight into the 128-byte-swizzled layout wgmma
-//     reads) into a ring of stages; K and V of a stage each have a "full" barrier that
+//     reads; or TMA, an experiment: TensorMaps) into a ring of stages; K and V of a stage each have a "full" barrier that
 //     completes when their copies land and an "empty" one when both consumers are done with
 //     them (K once S is done, V once P V is: the next K loads during the softmax); Q has such
 //     a pair too;
@@ -23,10 +23,14 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <cudaTypedefs.h>  // cuTensorMapEncodeTiled's type (reached through the runtime: no -lcuda)
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
+#include <type_traits>
 
 #include "backends/cuda/block_work.cuh"
 #include "backends/cuda/flash_params.h"
@@ -34,6 +38,7 @@
 #include "backends/cuda/head_dims.h"
 #include "backends/cuda/mbarrier.cuh"
 #include "backends/cuda/mma.cuh"
+#include "backends/cuda/tma.cuh"
 #include "backends/cuda/wgmma.cuh"
 
 namespace visattn::cuda {
@@ -55,11 +60,12 @@ constexpr int kThreads = kConsumerThreads + kProducerThreads;
 // setmaxnreg.inc waits until the block's own pool (fixed at launch) has the registers, so a
 // split beyond that pool hangs. 24/240 ran siglip 2-4% faster than 40/232 (bench/NOTES.md CUDA
 // entry 22); the 176-key kernels spill with it (values from before the split) and lost 3%:
-// they keep 40/232.
+// they keep 40/232, and so does 96/192, which spills too since the producer has the TMA path.
 constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
-template <int Keys>
+template <int D, int Keys>
 struct Registers {
-  static constexpr int kProducer = Keys == 176 ? 40 : 24, kConsumer = Keys == 176 ? 232 : 240;
+  static constexpr bool kSpillsAt24 = Keys == 176 || (D == 96 && Keys == 192);
+  static constexpr int kProducer = kSpillsAt24 ? 40 : 24, kConsumer = kSpillsAt24 ? 232 : 240;
   static_assert(kProducerThreads * kProducer + kConsumerThreads * kConsumer <= kThreads * kLaunchRegisters,
                 "the split fits the registers the block holds from launch");
 };
@@ -114,12 +120,24 @@ __device__ inline void load_swizzled(unsigned char* tile, const T* base, int64_t
   }
 }
 
+// Experiment (VISATTN_CUDA_SM90_TMA=1, off by default, not yet measured): whole Q tiles and K/V
+// blocks copied by TMA, one thread issuing a box per 64-column atom, instead of by the
+// producer warpgroup's 16-byte cp.async copies. Q, K and V as rank-3 tensors (head_dim, heads,
+// tokens; innermost first), boxes of 64 columns x 1 head x the tile's rows, 128-byte swizzle:
+// the layout chunk_offset describes. Columns past head_dim come as zeros; a block or tile
+// with rows past its image keeps the cp.async copies, which zero those rows.
+struct TensorMaps {
+  CUtensorMap q, k, v;
+  int enabled;
+};
+
 template <typename T, int D, int Keys>
-__global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const KernelParams p, int tail_limit) {
+__global__ void __launch_bounds__(kThreads, 1)
+    flash_fwd_sm90_kernel(const KernelParams p, int tail_limit, const __grid_constant__ TensorMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Layout = Tiles<D, Keys>;
   constexpr int kKeys = Layout::kKeys, kStages = Layout::kStages, kScores = kKeys / 2;  // S registers per thread
-  using Regs = Registers<Keys>;
+  using Regs = Registers<D, Keys>;
   // A consumer releases K of a block after that block's softmax, not before: ptxas then runs
   // the maxima under P V of the block before (at 192 keys: large4 +2%, the other head dim 80
   // workloads within noise; bench/NOTES.md CUDA entry 19). At 176 keys (head dim 128) the
@@ -164,15 +182,31 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
     const int thread = threadIdx.x - kConsumerThreads;
     const T* k = static_cast<const T*>(p.k);
     const T* v = static_cast<const T*>(p.v);
+    // TMA: thread 0 announces the bytes of `tiles` tiles and issues their boxes; the other
+    // threads' arrivals complete the count that cp.async copies complete otherwise.
+    auto boxes = [&](uint64_t* full, int tiles, unsigned char* tile, int tile_bytes, const CUtensorMap* map,
+                     int rows, int head, int first) {
+      if (thread != 0) return mbarrier::arrive(full);
+      mbarrier::arrive_expect_bytes(full, tiles * tile_bytes);
+      for (int t = 0; t < tiles; ++t) {
+        for (int atom = 0; atom < Layout::kAtoms; ++atom) {
+          tma::load_3d(tile + t * tile_bytes + atom * rows * 128, map, atom * 64, head, first + t * rows, full);
+        }
+      }
+    };
     int n = 0;
     for (int round = 0;; ++round) {
       if (round > 0) mbarrier::wait(q_empty, (round - 1) & 1);  // the last item's Q was read
-      for (int g = 0; g < kConsumers; ++g) {
-        load_swizzled<T, D, kGroupRows>(shared + g * Layout::kGroupQBytes, static_cast<const T*>(p.q),
-                                        w.q_begin + g * kGroupRows, min(kGroupRows, max(0, w.rows - g * kGroupRows)),
-                                        p.q_token_stride, w.head * p.q_head_stride, p.head_dim, thread);
+      if (maps.enabled && w.rows == kRows) {
+        boxes(q_full, kConsumers, shared, Layout::kGroupQBytes, &maps.q, kGroupRows, w.head, w.q_begin);
+      } else {
+        for (int g = 0; g < kConsumers; ++g) {
+          load_swizzled<T, D, kGroupRows>(shared + g * Layout::kGroupQBytes, static_cast<const T*>(p.q),
+                                          w.q_begin + g * kGroupRows, min(kGroupRows, max(0, w.rows - g * kGroupRows)),
+                                          p.q_token_stride, w.head * p.q_head_stride, p.head_dim, thread);
+        }
+        mbarrier::arrive_on_copies(q_full);
       }
-      mbarrier::arrive_on_copies(q_full);
       const int blocks = key_blocks();
       for (int j = 0; j < blocks; ++j, ++n) {
         const int stage = n % kStages, kb = w.key_begin + j * kKeys, valid = min(kKeys, w.key_end - kb);
@@ -181,14 +215,23 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
         // n is reduced at each item's end (below), so n < kStages is no first round.
         const int parity = (n / kStages & 1) ^ 1;
         unsigned char* k_tile = stages + stage * Layout::kStageBytes;
+        const bool whole = maps.enabled && valid == kKeys;
         mbarrier::wait(&empty_k[stage], parity);
-        load_swizzled<T, D, kKeys>(k_tile, k, kb, valid, p.k_token_stride, w.kv_head * p.k_head_stride,
-                                   p.head_dim, thread);
-        mbarrier::arrive_on_copies(&full_k[stage]);
+        if (whole) {
+          boxes(&full_k[stage], 1, k_tile, Layout::kKVBytes, &maps.k, kKeys, w.kv_head, kb);
+        } else {
+          load_swizzled<T, D, kKeys>(k_tile, k, kb, valid, p.k_token_stride, w.kv_head * p.k_head_stride,
+                                     p.head_dim, thread);
+          mbarrier::arrive_on_copies(&full_k[stage]);
+        }
         mbarrier::wait(&empty_v[stage], parity);
-        load_swizzled<T, D, kKeys>(k_tile + Layout::kKVBytes, v, kb, valid, p.v_token_stride,
-                                   w.kv_head * p.v_head_stride, p.head_dim, thread);
-        mbarrier::arrive_on_copies(&full_v[stage]);
+        if (whole) {
+          boxes(&full_v[stage], 1, k_tile + Layout::kKVBytes, Layout::kKVBytes, &maps.v, kKeys, w.kv_head, kb);
+        } else {
+          load_swizzled<T, D, kKeys>(k_tile + Layout::kKVBytes, v, kb, valid, p.v_token_stride,
+                                     w.kv_head * p.v_head_stride, p.head_dim, thread);
+          mbarrier::arrive_on_copies(&full_v[stage]);
+        }
       }
       n %= 2 * kStages;  // stage and parity repeat with this period: n stays small (the consumers do the same)
       if (!next_item(round)) break;
@@ -520,11 +563,55 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const Kerne
 #endif
 }
 
+// The map of a [tokens, heads, head_dim] tensor (16-byte aligned, strides in elements) for
+// boxes of `rows` tokens; false where the driver cannot encode it (the copies then stay
+// cp.async). Its token count is the largest a map holds: the kernel asks only for boxes of
+// the batch's own tokens, and a prepared batch's graph replays it with other lengths.
+template <typename T>
+bool encode_map(CUtensorMap& map, const void* base, int head_dim, int heads, int64_t token_stride,
+                int64_t head_stride, int rows) {
+  static const auto encode = [] {
+    void* function = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    const cudaError_t status =
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000, cudaEnableDefault, &found);
+    return status == cudaSuccess && found == cudaDriverEntryPointSuccess
+               ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(function)
+               : nullptr;
+  }();
+  if (!encode) return false;
+  const cuuint64_t dims[3] = {cuuint64_t(head_dim), cuuint64_t(heads), cuuint64_t(INT32_MAX)};
+  const cuuint64_t strides[2] = {cuuint64_t(head_stride) * sizeof(T), cuuint64_t(token_stride) * sizeof(T)};
+  const cuuint32_t box[3] = {64, 1, cuuint32_t(rows)}, element_strides[3] = {1, 1, 1};
+  const CUtensorMapDataType type =
+      std::is_same_v<T, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  return head_stride > 0 && token_stride > 0 &&
+         encode(&map, type, 3, const_cast<void*>(base), dims, strides, box, element_strides,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 // One block per SM (registers allow no more) walks the items; the grid is sized for the
 // bucket, so no more blocks than it.
 template <typename T, int D, int Keys>
 cudaError_t launch(const KernelParams& kp, int tail_limit, dim3 grid, cudaStream_t stream) {
   auto kernel = flash_fwd_sm90_kernel<T, D, Keys>;
+  static const bool tma = [] {
+    const char* set = std::getenv("VISATTN_CUDA_SM90_TMA");
+    return set && std::atoi(set) == 1;
+  }();
+  TensorMaps maps{};
+  maps.enabled = tma &&
+                 encode_map<T>(maps.q, kp.q, kp.head_dim, kp.num_heads, kp.q_token_stride, kp.q_head_stride, kGroupRows) &&
+                 encode_map<T>(maps.k, kp.k, kp.head_dim, kp.num_kv_heads, kp.k_token_stride, kp.k_head_stride, Keys) &&
+                 encode_map<T>(maps.v, kp.v, kp.head_dim, kp.num_kv_heads, kp.v_token_stride, kp.v_head_stride, Keys);
+  static std::atomic<bool> told{false};  // an experiment's knob: say once when it cannot take effect
+  if (tma && !maps.enabled && !told.exchange(true)) {
+    std::fprintf(stderr, "visattn: VISATTN_CUDA_SM90_TMA=1, but the driver encoded no tensor map for a call "
+                         "(strides q %lld/%lld, k %lld/%lld, v %lld/%lld): it copies with cp.async\n",
+                 (long long)kp.q_token_stride, (long long)kp.q_head_stride, (long long)kp.k_token_stride,
+                 (long long)kp.k_head_stride, (long long)kp.v_token_stride, (long long)kp.v_head_stride);
+  }
   constexpr int kBytes = Tiles<D, Keys>::kBytes;
   cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   int device = 0, sms = 0;
@@ -538,7 +625,7 @@ cudaError_t launch(const KernelParams& kp, int tail_limit, dim3 grid, cudaStream
     return set ? std::max(1, std::atoi(set)) : INT_MAX;
   }();
   grid.x = std::min<unsigned>(grid.x, unsigned(std::min(sms, cap)));
-  kernel<<<grid, kThreads, kBytes, stream>>>(kp, tail_limit);
+  kernel<<<grid, kThreads, kBytes, stream>>>(kp, tail_limit, maps);
   return cudaGetLastError();
 }
 

@@ -28,6 +28,12 @@ __device__ inline void arrive_on_copies(uint64_t* barrier) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(address(barrier)) : "memory");
 }
 
+// One arrival that also makes the phase wait for `bytes` more from bulk (TMA) copies, which
+// complete them on this barrier as they land.
+__device__ inline void arrive_expect_bytes(uint64_t* barrier, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(address(barrier)), "r"(bytes) : "memory");
+}
+
 // Blocks until the phase of this parity has completed; what was written before it is visible.
 __device__ inline void wait(uint64_t* barrier, uint32_t parity) {
   uint32_t done = 0;
