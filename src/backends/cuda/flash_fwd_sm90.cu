@@ -573,8 +573,12 @@ bool encode_map(CUtensorMap& map, const void* base, int head_dim, int heads, int
   static const auto encode = [] {
     void* function = nullptr;
     cudaDriverEntryPointQueryResult found{};
+#if CUDART_VERSION >= 12050
     const cudaError_t status =
         cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000, cudaEnableDefault, &found);
+#else  // the sm90a kernel builds with nvcc 12.0 on; the call above came in 12.5
+    const cudaError_t status = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &function, cudaEnableDefault, &found);
+#endif
     return status == cudaSuccess && found == cudaDriverEntryPointSuccess
                ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(function)
                : nullptr;
