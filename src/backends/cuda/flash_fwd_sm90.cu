@@ -164,6 +164,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbarrier::init(&empty_k[s], 4 * kConsumers);  // every consumer warp
       mbarrier::init(&empty_v[s], 4 * kConsumers);
     }
+    mbarrier::fence_init();
   }
   __syncthreads();
   // Items of this block: one per round of gridDim.x items, in a snake order
@@ -187,6 +188,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto boxes = [&](uint64_t* full, int tiles, unsigned char* tile, int tile_bytes, const CUtensorMap* map,
                      int rows, int head, int first) {
       if (thread != 0) return mbarrier::arrive(full);
+      // The tile's last reads or writes may have been through the generic proxy (tail_update's
+      // loads, cp.async copies): ordered before these async-proxy writes.
+      sm90::fence_async_shared();
       mbarrier::arrive_expect_bytes(full, tiles * tile_bytes);
       for (int t = 0; t < tiles; ++t) {
         for (int atom = 0; atom < Layout::kAtoms; ++atom) {
@@ -585,6 +589,9 @@ bool encode_map(CUtensorMap& map, const void* base, int head_dim, int heads, int
   }();
   if (!encode) return false;
   const cuuint64_t dims[3] = {cuuint64_t(head_dim), cuuint64_t(heads), cuuint64_t(INT32_MAX)};
+  // One head: its stride is never stepped and may be anything (0 for an expanded view); the
+  // driver wants a multiple of 16 bytes, which head_dim (a multiple of 8 here) gives.
+  if (heads == 1) head_stride = head_dim;
   const cuuint64_t strides[2] = {cuuint64_t(head_stride) * sizeof(T), cuuint64_t(token_stride) * sizeof(T)};
   const cuuint32_t box[3] = {64, 1, cuuint32_t(rows)}, element_strides[3] = {1, 1, 1};
   const CUtensorMapDataType type =
@@ -612,7 +619,9 @@ cudaError_t launch(const KernelParams& kp, int tail_limit, dim3 grid, cudaStream
   static std::atomic<bool> told{false};  // an experiment's knob: say once when it cannot take effect
   if (tma && !maps.enabled && !told.exchange(true)) {
     std::fprintf(stderr, "visattn: VISATTN_CUDA_SM90_TMA=1, but the driver encoded no tensor map for a call "
-                         "(strides q %lld/%lld, k %lld/%lld, v %lld/%lld): it copies with cp.async\n",
+                         "(heads %d/%d, head_dim %d, token/head strides q %lld/%lld, k %lld/%lld, v %lld/%lld): "
+                         "it copies with cp.async\n",
+                 kp.num_heads, kp.num_kv_heads, kp.head_dim,
                  (long long)kp.q_token_stride, (long long)kp.q_head_stride, (long long)kp.k_token_stride,
                  (long long)kp.k_head_stride, (long long)kp.v_token_stride, (long long)kp.v_head_stride);
   }

@@ -28,6 +28,10 @@ __device__ inline void arrive_on_copies(uint64_t* barrier) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(address(barrier)) : "memory");
 }
 
+// After init, before the barriers are shared (a block barrier follows): makes the
+// initialized barriers visible to the async proxy, whose bulk (TMA) copies complete them.
+__device__ inline void fence_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+
 // One arrival that also makes the phase wait for `bytes` more from bulk (TMA) copies, which
 // complete them on this barrier as they land.
 __device__ inline void arrive_expect_bytes(uint64_t* barrier, uint32_t bytes) {
