@@ -72,8 +72,8 @@ log "check cuda, the sm90 (wgmma) kernel on every batch (VISATTN_CUDA_SM90=1) on
 # block size on every batch, whatever the lengths would pick; then a last block of up to 100
 # keys on the CUDA cores (the tail path; by default at most 4).
 for keys in 128 wide tail; do
-  tail_limit=$([ $keys = tail ] && echo 100 || echo 4)
-  VISATTN_CUDA_SM90=1 VISATTN_CUDA_SM90_GRID=7 VISATTN_CUDA_SM90_KEYS=${keys/tail/wide} VISATTN_CUDA_SM90_TAIL=$tail_limit \
+  tail_setting=$([ $keys = tail ] && echo VISATTN_CUDA_SM90_TAIL=100)
+  env VISATTN_CUDA_SM90=1 VISATTN_CUDA_SM90_GRID=7 VISATTN_CUDA_SM90_KEYS=${keys/tail/wide} $tail_setting \
     timeout 300 build/visattn check --backend cuda --cases 200 --seed 9 > "$LOGS/check_cuda_sm90_$keys.log" 2>&1
   echo "rc=$?" >> "$LOGS/check_cuda_sm90_$keys.log"; echo "keys $keys:" | tee -a "$OUT/summary.txt"; check_summary "$LOGS/check_cuda_sm90_$keys.log" 2
 done

@@ -279,7 +279,8 @@ std::string describe() {
 #if VISATTN_WITH_SM90A
                 "; on sm90 warp-specialized wgmma tiles of 128 rows (head dims 64-128, 16-byte aligned tensors, "
                 "an image longer than 128 tokens; VISATTN_CUDA_SM90=0 turns them off) and 128 keys, 176 or 192 "
-                "where the images' lengths pad them little; a last block of at most 4 keys (a class token) on the CUDA cores",
+                "where the images' lengths pad them little; a last block of at most ", kSm90TailKeys,
+                " keys (a class token) on the CUDA cores",
 #endif
                 "; tiles heaviest first, short images packed; head_dim rounded up to 32/64/80/96/128/256");
 }

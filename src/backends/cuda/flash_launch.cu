@@ -66,12 +66,8 @@ cudaError_t dispatch_head_dim(const KernelParams& kp, int head_dim_pad, int64_t 
 }
 
 #if VISATTN_WITH_SM90A
-// The sm90 kernel adds an image's last key block on the CUDA cores where it holds at most
-// kSm90TailKeys keys (a class token after whole blocks) instead of a block of wgmmas: clip
-// (577 tokens, 3 blocks of 192 and one key) ran 10% faster (bench/NOTES.md CUDA entry 21).
-// Test knob: VISATTN_CUDA_SM90_TAIL=N sets the limit (0: never; large: the path on most
-// images, to check it).
-constexpr int kSm90TailKeys = 4;
+// The sm90 kernel's tail limit, kSm90TailKeys. Test knob: VISATTN_CUDA_SM90_TAIL=N sets it
+// (0: never; large: the path on most images, to check it).
 int sm90_tail_limit() {
   static const int limit = [] {
     const char* set = std::getenv("VISATTN_CUDA_SM90_TAIL");
