@@ -46,6 +46,7 @@ endif()
 
 target_sources(visattn PRIVATE
   src/backends/cudnn/cudnn_backend.cpp
+  src/backends/cudnn/dense_batch.cpp
   src/backends/cudnn/library.cpp
   src/backends/cudnn/plan_key.cpp
   src/backends/cudnn/plan_cache.cpp

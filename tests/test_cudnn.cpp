@@ -4,12 +4,14 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <vector>
 
 #include "backends/cudnn/auto_table.h"
 #include "backends/cudnn/cudnn_backend.h"
+#include "backends/cudnn/dense_batch.h"
 #include "backends/cudnn/library.h"
 #include "backends/cudnn/plan_cache.h"
 #include "backends/cudnn/plan_key.h"
@@ -43,6 +45,31 @@ HostIndices compute(const std::vector<int32_t>& cu_padded, int64_t batch,
   }
   ragged_indices_host(args);
   return h;
+}
+
+// ---- uniform batches on dense plans (dense_batch.h) ----
+
+TEST(CudnnDense, UniformBatchesSplitIntoPowersOfTwo) {
+  EXPECT_EQ(uniform_length(std::vector<int32_t>{0, 577, 1154, 1731}), 577);
+  EXPECT_EQ(uniform_length(std::vector<int32_t>{0, 577, 1154, 1730}), 0);  // one image shorter
+  EXPECT_EQ(uniform_length(std::vector<int32_t>{0, 0, 0}), 0);             // empty images
+  EXPECT_EQ(uniform_length(std::vector<int32_t>{0}), 0);                   // no image
+  EXPECT_EQ(uniform_length(std::vector<int32_t>{0, 1}), 1);
+  EXPECT_EQ(dense_calls(64), (std::vector<int64_t>{64}));
+  EXPECT_EQ(dense_calls(63), (std::vector<int64_t>{32, 16, 8, 4, 2, 1}));
+  EXPECT_EQ(dense_calls(5), (std::vector<int64_t>{4, 1}));
+  EXPECT_EQ(dense_calls(1000), (std::vector<int64_t>{512, 256, 128, 64, 32, 8}));
+  EXPECT_TRUE(dense_calls(0).empty());
+  EXPECT_EQ(dense_length_limit(), std::getenv("VISATTN_CUDNN_DENSE_LENGTHS") ? dense_length_limit() : kDenseLengths);
+}
+
+TEST(CudnnDense, OnlyTokenMajorLayoutsAreDense) {
+  EXPECT_TRUE(token_major(3 * 16 * 64, 64, 16, 577));   // fused qkv [tokens, 3, heads, d]
+  EXPECT_TRUE(token_major(16 * 64, 64, 16, 1));         // [tokens, heads, d], one token
+  EXPECT_FALSE(token_major(64, 577 * 4 * 64, 16, 577));  // [heads, tokens, d] of four images
+  EXPECT_FALSE(token_major(1, 577 * 4, 16, 577));        // lse [heads, tokens]
+  EXPECT_TRUE(token_major(16, 1, 16, 577));              // lse [tokens, heads]
+  EXPECT_TRUE(token_major(64, 12345, 1, 577));           // one head: its stride is never stepped
 }
 
 // auto's table (auto_table.h): cuda below the measured crossover, cudnn above it; at head dims
@@ -250,6 +277,17 @@ TEST(CudnnGraphs, TheFrontendAcceptsTheGraphsOfTheCallsWeTake) {
   for (const Named& call : calls) {
     const PlanKey key = plan_key(call.params, call.batch, 1024, v);
     EXPECT_EQ(validate_graph(key, 90), "") << call.name << ": " << describe(key);
+    // The dense plans of uniform batches of 577-token images, where the layout allows them.
+    const AttentionParams& c = call.params;
+    const bool dense = token_major(c.q_token_stride, c.q_head_stride, c.num_heads, 577) &&
+                       (!c.lse || token_major(c.lse_token_stride, c.lse_head_stride, c.num_heads, 577));
+    EXPECT_EQ(dense, std::string(call.name).find("head-major") == std::string::npos) << call.name;
+    if (!dense) continue;
+    for (int64_t images : {1, 4, 64}) {
+      const PlanKey dense_key = plan_key(c, images, 577, v, true);
+      EXPECT_NE(dense_key, plan_key(c, images, 577, v));
+      EXPECT_EQ(validate_graph(dense_key, 90), "") << call.name << ": " << describe(dense_key);
+    }
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "backends/cudnn/dense_batch.h"
 #include "expect_error.h"
 #include "visattn/visattn.h"
 
@@ -114,14 +116,22 @@ TEST(CudnnPlans, HundredRandomBatchesBuildAtMostOnePlanPerBucketTouched) {
   constexpr int64_t kMaxLength = 1800;
   FusedQkv t(4, 2, 64, kMaxImages * kMaxLength, 7);
   std::mt19937_64 rng(2026);
-  std::set<std::pair<int64_t, int64_t>> buckets;  // (batch bucket, max_seqlen bucket)
+  // (batch bucket, max_seqlen bucket); a dense call of a uniform batch is its own bucket,
+  // (-images, length).
+  std::set<std::pair<int64_t, int64_t>> buckets;
+  int64_t uniform_batches = 0;
   const int64_t before = plans_built();
   for (int i = 0; i < kBatches; ++i) {
     std::vector<int64_t> lengths(std::uniform_int_distribution<int>(1, kMaxImages)(rng));
     for (int64_t& n : lengths) n = random_length(rng);
     VarlenBatch batch = VarlenBatch::from_lengths(lengths);
     buckets.insert({batch.batch_bucket(), batch.max_seqlen_bucket()});
-    if (i % 2 == 0) batch.prepare(kGpu);  // both paths: prepared buffers and per-call upload
+    const bool prepared = i % 2 == 0;  // both paths: prepared buffers and per-call upload
+    if (prepared) batch.prepare(kGpu);
+    if (const int64_t length = cudnn::uniform_length(batch.cu_seqlens()); length > 0 && !prepared) {
+      ++uniform_batches;
+      for (int64_t images : cudnn::dense_calls(batch.num_images())) buckets.insert({-images, length});
+    }
     const int64_t tokens = batch.total_tokens();
     const bool check_rows = i % 10 == 0;
     if (check_rows) check_cuda(cudaMemset(t.out.data, 0xFF, t.out.bytes), "poison out");  // NaN
@@ -137,9 +147,62 @@ TEST(CudnnPlans, HundredRandomBatchesBuildAtMostOnePlanPerBucketTouched) {
   }
   check_cuda(cudaDeviceSynchronize(), "attention");
   const int64_t built = plans_built() - before;
-  std::printf("cudnn plans: %d batches of 1-%d images touched %zu buckets and built %lld plans\n",
-              kBatches, kMaxImages, buckets.size(), static_cast<long long>(built));
+  std::printf("cudnn plans: %d batches of 1-%d images (%lld uniform, unprepared) touched %zu buckets "
+              "and built %lld plans\n", kBatches, kMaxImages, static_cast<long long>(uniform_batches),
+              buckets.size(), static_cast<long long>(built));
   EXPECT_LE(built, int64_t(buckets.size()));
+  EXPECT_GE(built, 1);
+}
+
+// A uniform batch that was not prepared runs on dense plans, one call per power of two of
+// images (dense_batch.h), and gives what the same batch gives prepared, on its ragged plan.
+TEST(CudnnDense, UniformBatchesMatchTheirRaggedPlanAndBuildOnePlanPerPowerOfTwo) {
+  SKIP_WITHOUT_CUDNN();
+  constexpr int64_t kLength = 333;  // a length no other test here runs
+  FusedQkv t(4, 2, 64, 64 * kLength, 21);
+  std::set<std::pair<int64_t, int64_t>> plans;  // (-images, length) dense, (bucket, max_seqlen) ragged
+  const int64_t before = plans_built();
+  for (int64_t images : {1, 2, 3, 5, 17, 63, 64}) {
+    const std::vector<int64_t> lengths(size_t(images), kLength);
+    const int64_t tokens = images * kLength;
+    const size_t elements = size_t(tokens) * t.heads * t.dim;
+    VarlenBatch prepared = VarlenBatch::from_lengths(lengths);
+    prepared.prepare(kGpu);
+    plans.insert({prepared.batch_bucket(), prepared.max_seqlen_bucket()});
+    attention(t.q(tokens), t.k(tokens), t.v(tokens), t.o(tokens), prepared, {}, "cudnn");
+    const std::vector<uint16_t> ragged = t.out.read<uint16_t>(elements);
+    check_cuda(cudaMemset(t.out.data, 0xFF, t.out.bytes), "poison out");  // NaN
+    attention(t.q(tokens), t.k(tokens), t.v(tokens), t.o(tokens), VarlenBatch::from_lengths(lengths), {}, "cudnn");
+    const std::vector<uint16_t> dense = t.out.read<uint16_t>(elements);
+    float worst = 0.0f;
+    for (size_t e = 0; e < elements; ++e) {
+      ASSERT_TRUE(std::isfinite(from_bf16(dense[e]))) << images << " images: element " << e << " not written";
+      worst = std::max(worst, std::fabs(from_bf16(dense[e]) - from_bf16(ragged[e])));
+    }
+    EXPECT_LE(worst, 1.0f / 64) << images << " images of " << kLength;  // a few bf16 steps of |out| < 1
+    for (int64_t call : cudnn::dense_calls(images)) plans.insert({-call, kLength});
+  }
+  const int64_t built = plans_built() - before;
+  std::printf("cudnn dense: uniform batches of 1-64 images built %lld plans (at most %zu)\n",
+              static_cast<long long>(built), plans.size());
+  EXPECT_LE(built, int64_t(plans.size()));
+}
+
+// Past dense_length_limit() image lengths, a new length runs on its ragged bucket.
+TEST(CudnnDense, LengthsPastTheLimitBuildNoMoreDensePlans) {
+  SKIP_WITHOUT_CUDNN();
+  const int64_t limit = cudnn::dense_length_limit(), first = 3001;
+  FusedQkv t(2, 2, 64, first + limit + 4, 22);
+  const int64_t before = plans_built();
+  for (int64_t length = first; length < first + limit + 4; ++length) {
+    attention(t.q(length), t.k(length), t.v(length), t.o(length),
+              VarlenBatch::from_lengths(std::vector<int64_t>{length}), {}, "cudnn");
+  }
+  check_cuda(cudaDeviceSynchronize(), "attention");
+  const int64_t built = plans_built() - before;
+  std::printf("cudnn dense: %lld new lengths, limit %lld, built %lld plans\n", static_cast<long long>(limit + 4),
+              static_cast<long long>(limit), static_cast<long long>(built));
+  EXPECT_LE(built, limit + 1);  // dense plans, then the ragged plan of 8 images up to 4096
   EXPECT_GE(built, 1);
 }
 

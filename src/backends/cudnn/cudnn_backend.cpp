@@ -7,6 +7,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/device_metadata.h"
 #include "backends/cudnn/auto_table.h"
+#include "backends/cudnn/dense_batch.h"
 #include "backends/cudnn/library.h"
 #include "backends/cudnn/plan_cache.h"
 #include "backends/cudnn/plan_key.h"
@@ -41,6 +42,42 @@ std::string misaligned(const char* name, const void* data, int64_t token_stride,
                   " bytes) is not a multiple of 16 bytes", advice);
   }
   return {};
+}
+
+// A uniform batch that was not prepared, in token-major layouts, on dense plans (dense_batch.h):
+// one call per power of two of images. False, with nothing run, where it must run ragged.
+bool run_dense(const AttentionParams& p, int64_t cudnn_version, cudaStream_t stream) {
+  if (p.prepared || dense_length_limit() == 0) return false;
+  const int64_t length = uniform_length(std::span<const int32_t>(p.cu_seqlens, size_t(p.num_images + 1)));
+  if (length == 0 ||
+      !token_major(p.q_token_stride, p.q_head_stride, p.num_heads, length) ||
+      !token_major(p.k_token_stride, p.k_head_stride, p.num_kv_heads, length) ||
+      !token_major(p.v_token_stride, p.v_head_stride, p.num_kv_heads, length) ||
+      !token_major(p.out_token_stride, p.out_head_stride, p.num_heads, length) ||
+      (p.lse && !token_major(p.lse_token_stride, p.lse_head_stride, p.num_heads, length))) {
+    return false;
+  }
+  const std::vector<int64_t> calls = dense_calls(p.num_images);
+  for (int64_t images : calls) {
+    if (!dense_plan_available(plan_key(p, images, length, cudnn_version, true))) return false;
+  }
+  const int64_t bytes = dtype_size(p.dtype);
+  int64_t token = p.cu_seqlens[0];
+  for (int64_t images : calls) {
+    const auto at = [&](const void* base, int64_t token_stride, int64_t element_bytes) {
+      return const_cast<char*>(static_cast<const char*>(base)) + token * token_stride * element_bytes;
+    };
+    const CallTensors tensors{at(p.q, p.q_token_stride, bytes),
+                              at(p.k, p.k_token_stride, bytes),
+                              at(p.v, p.v_token_stride, bytes),
+                              at(p.out, p.out_token_stride, bytes),
+                              p.lse ? reinterpret_cast<float*>(at(p.lse, p.lse_token_stride, 4)) : nullptr,
+                              nullptr,
+                              {}};
+    run_plan(plan_key(p, images, length, cudnn_version, true), tensors, stream, false, [] {});
+    token += images * length;
+  }
+  return true;
 }
 
 }  // namespace
@@ -102,7 +139,8 @@ std::string unavailable_reason() {
 std::string describe() {
   const Library& lib = library();
   return concat("cuDNN ", version_string(lib.version), " (", lib.path, "), frontend ", frontend_version(),
-                ": ragged SDPA forward, f16/bf16, head dims multiples of 8 up to ", kMaxHeadDim,
+                ": ragged SDPA forward (dense for uniform batches, up to ", dense_length_limit(),
+                " image lengths), f16/bf16, head dims multiples of 8 up to ", kMaxHeadDim,
                 ", no window or sinks; ", plans_built(), " plans built");
 }
 
@@ -126,6 +164,7 @@ void run(const AttentionParams& p) {
   const auto stream = static_cast<cudaStream_t>(p.cuda_stream);
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   cuda::check(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
+  if (capture == cudaStreamCaptureStatusNone && run_dense(p, lib.version, stream)) return;
 
   cuda::MetadataLease lease(p);  // refuses an unprepared batch while capturing
   const DeviceMetadata& metadata = lease.metadata();

@@ -12,10 +12,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <unordered_map>
 #include <vector>
 
 #include "backends/cuda/device_metadata.h"
+#include "backends/cudnn/dense_batch.h"
 #include "backends/cudnn/library.h"
 #include "backends/cudnn/plan_cache.h"
 #include "core/error_message.h"
@@ -60,6 +62,7 @@ struct State {
   std::map<PlanKey, Plan> plans;
   std::vector<DeviceState> devices;
   int64_t largest_workspace = 0;  // of any plan built
+  std::set<int64_t> dense_lengths;  // image lengths with dense plans (at most dense_length_limit())
   std::atomic<int64_t> built{0};
 };
 
@@ -92,7 +95,7 @@ TensorPtr index_tensor(fe::graph::Graph& g, int64_t uid, const std::string& name
                       .set_data_type(type));
 }
 
-// The ragged SDPA graph of `key`, not yet validated or built. sm_version > 0 declares the GPU
+// The SDPA graph of `key` (ragged, or dense), not yet validated or built. sm_version > 0 declares the GPU
 // instead of asking the current device (the tests validate graphs on machines without one).
 std::shared_ptr<fe::graph::Graph> make_graph(const PlanKey& key, Implementation implementation,
                                              int sm_version = 0) {
@@ -109,6 +112,10 @@ std::shared_ptr<fe::graph::Graph> make_graph(const PlanKey& key, Implementation 
     return index_tensor(*g, int64_t{kUidOffsets} + tensor, std::string(names[tensor]) + "_offsets", B + 1,
                         fe::DataType_t::INT64);
   };
+  // A dense plan's images follow each other: the batch stride is an image's tokens.
+  auto images_stride = [&](int64_t token_stride, int64_t heads, int64_t head_stride) {
+    return key.dense ? S * token_stride : batch_stride(S, token_stride, heads, head_stride);
+  };
   auto input = [&](int64_t uid, RaggedTensor tensor, int64_t heads) {
     const int64_t ts = key.token_stride(tensor), hs = key.head_stride(tensor);
     TensorPtr t = g->tensor(fe::graph::Tensor_attributes()
@@ -116,8 +123,8 @@ std::shared_ptr<fe::graph::Graph> make_graph(const PlanKey& key, Implementation 
                                 .set_name(names[tensor])
                                 .set_data_type(io)
                                 .set_dim({B, heads, S, D})
-                                .set_stride({batch_stride(S, ts, heads, hs), hs, ts, 1}));
-    t->set_ragged_offset(offsets(tensor));
+                                .set_stride({images_stride(ts, heads, hs), hs, ts, 1}));
+    if (!key.dense) t->set_ragged_offset(offsets(tensor));
     return t;
   };
   const TensorPtr q = input(kUidQ, kRaggedQ, key.num_heads);
@@ -129,27 +136,29 @@ std::shared_ptr<fe::graph::Graph> make_graph(const PlanKey& key, Implementation 
                      .set_name("visattn_sdpa")
                      .set_generate_stats(key.lse)
                      .set_attn_scale(key.softmax_scale())
-                     .set_padding_mask(true)  // per-image lengths; ragged layouts require it
-                     .set_seq_len_q(index_tensor(*g, kUidSeqLenQ, "seq_len_q", B, fe::DataType_t::INT32))
-                     .set_seq_len_kv(index_tensor(*g, kUidSeqLenKv, "seq_len_kv", B, fe::DataType_t::INT32))
                      .set_implementation(implementation);
+  if (!key.dense) {
+    options.set_padding_mask(true)  // per-image lengths; ragged layouts require it
+        .set_seq_len_q(index_tensor(*g, kUidSeqLenQ, "seq_len_q", B, fe::DataType_t::INT32))
+        .set_seq_len_kv(index_tensor(*g, kUidSeqLenKv, "seq_len_kv", B, fe::DataType_t::INT32));
+  }
   auto [o, stats] = g->sdpa(q, k, v, options);
   const int64_t ots = key.token_stride(kRaggedOut), ohs = key.head_stride(kRaggedOut);
   o->set_output(true)
       .set_uid(kUidOut)
       .set_data_type(io)
       .set_dim({B, key.num_heads, S, D})
-      .set_stride({batch_stride(S, ots, key.num_heads, ohs), ohs, ots, 1})
-      .set_ragged_offset(offsets(kRaggedOut));
+      .set_stride({images_stride(ots, key.num_heads, ohs), ohs, ots, 1});
+  if (!key.dense) o->set_ragged_offset(offsets(kRaggedOut));
   if (key.lse) {
     // Our lse is [heads, tokens] with its own strides; cuDNN's Stats is [batch, heads, seq, 1].
     stats->set_output(true)
         .set_uid(kUidLse)
         .set_data_type(fe::DataType_t::FLOAT)
         .set_dim({B, key.num_heads, S, 1})
-        .set_stride({batch_stride(S, key.lse_token_stride, key.num_heads, key.lse_head_stride),
-                     key.lse_head_stride, key.lse_token_stride, 1})
-        .set_ragged_offset(offsets(kRaggedLse));
+        .set_stride({images_stride(key.lse_token_stride, key.num_heads, key.lse_head_stride),
+                     key.lse_head_stride, key.lse_token_stride, 1});
+    if (!key.dense) stats->set_ragged_offset(offsets(kRaggedLse));
   }
   return g;
 }
@@ -252,12 +261,8 @@ void grow_workspace(State& s, DeviceState& d, int64_t bytes) {
   s.largest_workspace = std::max(s.largest_workspace, bytes);
 }
 
-}  // namespace
-
-void run_plan(const PlanKey& key, const CallTensors& t, CUstream_st* stream, bool capturing,
-              const std::function<void()>& before_execute) {
-  State& s = state();
-  const std::lock_guard<std::mutex> lock(s.mutex);
+// `key`'s plan, built now if it was not (refused while `capturing`). Call with s.mutex held.
+const Plan& find_or_build(State& s, const PlanKey& key, bool capturing) {
   auto it = s.plans.find(key);
   if (it == s.plans.end()) {
     if (capturing) {
@@ -277,7 +282,28 @@ void run_plan(const PlanKey& key, const CallTensors& t, CUstream_st* stream, boo
     }
     it = s.plans.emplace(key, std::move(plan)).first;
   }
-  const Plan& plan = it->second;
+  return it->second;
+}
+
+}  // namespace
+
+bool dense_plan_available(const PlanKey& key) {
+  State& s = state();
+  const std::lock_guard<std::mutex> lock(s.mutex);
+  const bool new_length = !s.dense_lengths.contains(key.max_seqlen);
+  if (!s.plans.contains(key) && new_length && int64_t(s.dense_lengths.size()) >= dense_length_limit()) {
+    return false;
+  }
+  const bool built = find_or_build(s, key, false).graph != nullptr;
+  if (built) s.dense_lengths.insert(key.max_seqlen);
+  return built;
+}
+
+void run_plan(const PlanKey& key, const CallTensors& t, CUstream_st* stream, bool capturing,
+              const std::function<void()>& before_execute) {
+  State& s = state();
+  const std::lock_guard<std::mutex> lock(s.mutex);
+  const Plan& plan = find_or_build(s, key, capturing);
   if (!plan.graph) fail(ErrorCode::unsupported, plan.error);
 
   DeviceState& d = device_state(s, key.device);
@@ -298,12 +324,13 @@ void run_plan(const PlanKey& key, const CallTensors& t, CUstream_st* stream, boo
       {kUidK, const_cast<void*>(t.k)},
       {kUidV, const_cast<void*>(t.v)},
       {kUidOut, t.out},
-      {kUidSeqLenQ, const_cast<int32_t*>(t.seq_len)},
-      {kUidSeqLenKv, const_cast<int32_t*>(t.seq_len)},
   };
-  for (int tensor = 0; tensor < kRaggedTensors; ++tensor) {
-    if (tensor == kRaggedLse && !key.lse) continue;
-    pack[kUidOffsets + tensor] = const_cast<int64_t*>(t.offsets[tensor]);
+  if (!key.dense) {
+    pack[kUidSeqLenQ] = pack[kUidSeqLenKv] = const_cast<int32_t*>(t.seq_len);
+    for (int tensor = 0; tensor < kRaggedTensors; ++tensor) {
+      if (tensor == kRaggedLse && !key.lse) continue;
+      pack[kUidOffsets + tensor] = const_cast<int64_t*>(t.offsets[tensor]);
+    }
   }
   if (key.lse) pack[kUidLse] = t.lse;
   try {

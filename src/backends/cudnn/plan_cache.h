@@ -24,8 +24,8 @@ struct CallTensors {
   const void* v;
   void* out;
   float* lse;                              // null when the key has no lse
-  const int32_t* seq_len;                  // key.batch entries
-  const int64_t* offsets[kRaggedTensors];  // key.batch + 1 entries each
+  const int32_t* seq_len;                  // key.batch entries; null for a dense key
+  const int64_t* offsets[kRaggedTensors];  // key.batch + 1 entries each; null for a dense key
 };
 
 // Finds the plan of `key` or builds it (refused while `capturing`, with an error that says to
@@ -34,6 +34,12 @@ struct CallTensors {
 // key.device current. Throws visattn::Error; nothing is written to `out` before the plan exists.
 void run_plan(const PlanKey& key, const CallTensors& tensors, CUstream_st* stream, bool capturing,
               const std::function<void()>& before_execute);
+
+// Whether the dense plan `key` (key.dense) exists or builds now, on a device made current: no
+// when cuDNN cannot build it, or when its image length is new and dense_length_limit() lengths
+// have dense plans already (dense_batch.h). The caller then runs the ragged plan. Not while
+// capturing.
+bool dense_plan_available(const PlanKey& key);
 
 // Plans built so far in this process (failed builds not counted).
 int64_t plans_built();

@@ -10,13 +10,14 @@ namespace visattn::cudnn {
 float PlanKey::softmax_scale() const { return std::bit_cast<float>(scale_bits); }
 
 PlanKey plan_key(const AttentionParams& p, int64_t batch, int64_t max_seqlen,
-                 int64_t cudnn_version) {
+                 int64_t cudnn_version, bool dense) {
   PlanKey key;
   key.device = p.device.index;
   key.cudnn_version = cudnn_version;
   key.dtype = p.dtype;
   key.batch = batch;
   key.max_seqlen = max_seqlen;
+  key.dense = dense;
   key.num_heads = p.num_heads;
   key.num_kv_heads = p.num_kv_heads;
   key.head_dim = p.head_dim;
@@ -32,9 +33,11 @@ PlanKey plan_key(const AttentionParams& p, int64_t batch, int64_t max_seqlen,
 }
 
 std::string describe(const PlanKey& k) {
-  std::string text = concat(dtype_name(k.dtype), ", ", k.batch, " images (bucket), max_seqlen ",
-                            k.max_seqlen, " (bucket), heads ", k.num_heads, "/", k.num_kv_heads,
-                            ", head_dim ", k.head_dim, ", token/head strides");
+  std::string text = concat(dtype_name(k.dtype), ", ");
+  text += k.dense ? concat("dense: ", k.batch, " images of ", k.max_seqlen, " tokens")
+                  : concat(k.batch, " images (bucket), max_seqlen ", k.max_seqlen, " (bucket)");
+  text += concat(", heads ", k.num_heads, "/", k.num_kv_heads, ", head_dim ", k.head_dim,
+                 ", token/head strides");
   const char* names[] = {"q", "k", "v", "out"};
   for (int t = 0; t < 4; ++t) {
     text += concat(" ", names[t], " ", k.token_stride(t), "/", k.head_stride(t));

@@ -18,6 +18,9 @@ struct PlanKey {
   DType dtype = DType::bf16;
   int64_t batch = 0;       // images per call: the batch bucket (padded with empty images)
   int64_t max_seqlen = 0;  // the longest image the plan runs: a max_seqlen bucket
+  // A dense plan (dense_batch.h): exactly `batch` images of exactly `max_seqlen` tokens each,
+  // without ragged offsets or a padding mask, which runs cuDNN's dense kernel.
+  bool dense = false;
   int num_heads = 0, num_kv_heads = 0, head_dim = 0;
   // Elements between tokens and between heads of q, k, v, out, in that order. A tensor with one
   // head stores its head stride as head_dim: cuDNN never steps over it, so it must not split
@@ -34,9 +37,9 @@ struct PlanKey {
   int64_t head_stride(int tensor) const { return strides[2 * tensor + 1]; }
 };
 
-// The key of a call: `batch` and `max_seqlen` are the plan's (bucketed) sizes.
+// The key of a call: `batch` and `max_seqlen` are the plan's sizes (buckets unless `dense`).
 PlanKey plan_key(const AttentionParams& params, int64_t batch, int64_t max_seqlen,
-                 int64_t cudnn_version);
+                 int64_t cudnn_version, bool dense = false);
 
 // One line for error messages and logs.
 std::string describe(const PlanKey& key);
