@@ -85,8 +85,8 @@ sm90_object=$(find build -name 'flash_fwd_sm90.cu.o' | head -1)
 log "check cudnn (cases it declines are skipped with the reason; every other error fails)"
 build/visattn check --backend cudnn --cases "$([ -n "${QUICK:-}" ] && echo 100 || echo 300)" > "$LOGS/check_cudnn.log" 2>&1; check_summary "$LOGS/check_cudnn.log" 8
 
-log "cudnn plans and graphs (100 random batches, capture/replay)"
-build/tests/visattn_tests --gtest_filter='Cudnn*' > "$LOGS/cudnn_tests.log" 2>&1; grep -E "cudnn plans:|Skipped|FAILED|Failure|PASSED" -A2 "$LOGS/cudnn_tests.log" | head -20 | tee -a "$OUT/summary.txt"
+log "cudnn plans and graphs (100 random batches, dense plans of uniform batches, capture/replay)"
+build/tests/visattn_tests --gtest_filter='Cudnn*' > "$LOGS/cudnn_tests.log" 2>&1; grep -E "cudnn plans:|cudnn dense:|Skipped|FAILED|Failure|PASSED" -A2 "$LOGS/cudnn_tests.log" | head -20 | tee -a "$OUT/summary.txt"
 
 log "layer on the GPU against the reference composition (issue 7)"
 build/tests/visattn_tests --gtest_filter='Cuda/LayerMatchesComposition*' > "$LOGS/layer_tests.log" 2>&1
