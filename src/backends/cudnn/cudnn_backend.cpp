@@ -44,19 +44,25 @@ std::string misaligned(const char* name, const void* data, int64_t token_stride,
   return {};
 }
 
-// A uniform batch that was not prepared, in token-major layouts, on dense plans (dense_batch.h):
-// one call per power of two of images. False, with nothing run, where it must run ragged.
-bool run_dense(const AttentionParams& p, int64_t cudnn_version, cudaStream_t stream) {
-  if (p.prepared || dense_length_limit() == 0) return false;
+// The image length of a call that may run on dense plans (dense_batch.h): a uniform batch that
+// was not prepared, in token-major layouts; 0 for every other call.
+int64_t dense_length(const AttentionParams& p) {
+  if (p.prepared || dense_length_limit() == 0) return 0;
   const int64_t length = uniform_length(std::span<const int32_t>(p.cu_seqlens, size_t(p.num_images + 1)));
-  if (length == 0 ||
-      !token_major(p.q_token_stride, p.q_head_stride, p.num_heads, length) ||
-      !token_major(p.k_token_stride, p.k_head_stride, p.num_kv_heads, length) ||
-      !token_major(p.v_token_stride, p.v_head_stride, p.num_kv_heads, length) ||
-      !token_major(p.out_token_stride, p.out_head_stride, p.num_heads, length) ||
-      (p.lse && !token_major(p.lse_token_stride, p.lse_head_stride, p.num_heads, length))) {
-    return false;
-  }
+  const bool layouts = length > 0 &&
+                       token_major(p.q_token_stride, p.q_head_stride, p.num_heads, length) &&
+                       token_major(p.k_token_stride, p.k_head_stride, p.num_kv_heads, length) &&
+                       token_major(p.v_token_stride, p.v_head_stride, p.num_kv_heads, length) &&
+                       token_major(p.out_token_stride, p.out_head_stride, p.num_heads, length) &&
+                       (!p.lse || token_major(p.lse_token_stride, p.lse_head_stride, p.num_heads, length));
+  return layouts ? length : 0;
+}
+
+// The call on dense plans, one call per power of two of images. False, with nothing run, where
+// it must run ragged: not a dense call, or no dense plan (dense_plan_available).
+bool run_dense(const AttentionParams& p, int64_t cudnn_version, cudaStream_t stream) {
+  const int64_t length = dense_length(p);
+  if (length == 0) return false;
   const std::vector<int64_t> calls = dense_calls(p.num_images);
   for (int64_t images : calls) {
     if (!dense_plan_available(plan_key(p, images, length, cudnn_version, true))) return false;
