@@ -4,7 +4,9 @@ timed in one process on the same tensors, bf16, writing bench JSON in the schema
     python3 bench/gpu_bench.py [--workloads FILE] [--json FILE] [--only NAME,...] [--backends cuda,cudnn,...]
 
 visattn backends: `cuda` (our kernel) and `cudnn` (cuDNN's ragged SDPA, one call per batch; its
-plan is built by the first, untimed call). A backend this machine lacks is reported and skipped.
+plan is built by the first, untimed call), on prepared batches; `cudnn-eager`: cudnn on a batch
+that was not prepared (a uniform one runs on dense plans, docs/cudnn.md; the others upload their
+metadata in the call). A backend this machine lacks is reported and skipped.
 
 Peers (backend `peer:<name>`): torch SDPA per image with the flash, cuDNN and efficient
 kernels; nested jagged SDPA; torch varlen_attn (FlashAttention 2 inside PyTorch); padded SDPA
@@ -78,10 +80,13 @@ class Workload:
 
 # Each peer: (name, make) where make(w) returns (timed call, call giving [tokens, heads, dim]
 # rows of image i) or raises when the path cannot run this workload.
-def visattn_backend(name):
+def visattn_backend(name, prepared=True):
+    """prepared: the batch's metadata on the GPU once (what a captured graph needs); else a
+    plain batch per call (cudnn: uniform batches then run on dense plans)."""
     def make(w):
         batch = visattn.VarlenBatch(w.cu)
-        batch.prepare("cuda")
+        if prepared:
+            batch.prepare("cuda")
         call = lambda: visattn.attention(w.q, w.k, w.v, batch=batch, backend=name)  # noqa: E731
         return call, whole_output(call, w)  # the first call (cudnn: builds the plan) is untimed
 
@@ -143,6 +148,7 @@ def padded(w):
 BACKENDS = [
     ("cuda", visattn_backend("cuda")),
     ("cudnn", visattn_backend("cudnn")),
+    ("cudnn-eager", visattn_backend("cudnn", prepared=False)),
     ("peer:sdpa-flash-loop", per_image(SDPBackend.FLASH_ATTENTION)),
     ("peer:sdpa-cudnn-loop", per_image(SDPBackend.CUDNN_ATTENTION)),
     ("peer:sdpa-efficient-loop", per_image(SDPBackend.EFFICIENT_ATTENTION)),

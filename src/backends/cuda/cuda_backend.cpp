@@ -277,7 +277,7 @@ std::string unavailable_reason() {
 std::string describe() {
   return concat("mma.sync tensor-core tiles (sm80+)",
 #if VISATTN_WITH_SM90A
-                "; on sm90 warp-specialized wgmma tiles of 128 rows (head dims 64-128, 16-byte aligned tensors, "
+                "; on sm90 warp-specialized wgmma tiles of 128 rows loaded by TMA (head dims 64-128, 16-byte aligned tensors, "
                 "an image longer than 128 tokens; VISATTN_CUDA_SM90=0 turns them off) and 128 keys, 176 or 192 "
                 "where the images' lengths pad them little; a last block of at most ", kSm90TailKeys,
                 " keys (a class token) on the CUDA cores",

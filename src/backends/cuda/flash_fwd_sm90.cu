@@ -2,8 +2,8 @@
 // products on warpgroup MMAs, over the 128-row tile schedule. A persistent grid: one block per
 // SM takes one item (tile, head) per round of gridDim.x items, in a snake order.
 //   - a producer warpgroup (setmaxnreg: few registers) copies each item's Q and its K/V blocks
-//     of 128 keys or sm90_wide_keys(D) (cp.async, 16-byte chunks straight into the 128-byte-swizzled layout wgmma
-//     reads; or TMA, an experiment: TensorMaps) into a ring of stages; K and V of a stage each have a "full" barrier that
+//     of 128 keys or sm90_wide_keys(D) (TMA boxes for whole tiles and blocks, TensorMaps; cp.async
+//     16-byte chunks for partial ones; both into the 128-byte-swizzled layout wgmma reads) into a ring of stages; K and V of a stage each have a "full" barrier that
 //     completes when their copies land and an "empty" one when both consumers are done with
 //     them (K once S is done, V once P V is: the next K loads during the softmax); Q has such
 //     a pair too;
@@ -30,6 +30,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "backends/cuda/block_work.cuh"
@@ -120,9 +121,9 @@ __device__ inline void load_swizzled(unsigned char* tile, const T* base, int64_t
   }
 }
 
-// Experiment (VISATTN_CUDA_SM90_TMA=1, off by default, not yet measured): whole Q tiles and K/V
-// blocks copied by TMA, one thread issuing a box per 64-column atom, instead of by the
-// producer warpgroup's 16-byte cp.async copies. Q, K and V as rank-3 tensors (head_dim, heads,
+// Whole Q tiles and K/V blocks are copied by TMA (VISATTN_CUDA_SM90_TMA=0 turns it off; NOTES
+// CUDA 23: +1-6% at head dims 64 and 128 on an H100), one thread issuing a box per 64-column
+// atom, instead of by the producer warpgroup's 16-byte cp.async copies. Q, K and V as rank-3 tensors (head_dim, heads,
 // tokens; innermost first), boxes of 64 columns x 1 head x the tile's rows, 128-byte swizzle:
 // the layout chunk_offset describes. Columns past head_dim come as zeros; a block or tile
 // with rows past its image keeps the cp.async copies, which zero those rows.
@@ -607,18 +608,20 @@ bool encode_map(CUtensorMap& map, const void* base, int head_dim, int heads, int
 template <typename T, int D, int Keys>
 cudaError_t launch(const KernelParams& kp, int tail_limit, dim3 grid, cudaStream_t stream) {
   auto kernel = flash_fwd_sm90_kernel<T, D, Keys>;
+  // Whole Q tiles and K/V blocks by TMA (NOTES CUDA 23); test knob: VISATTN_CUDA_SM90_TMA=0
+  // copies everything with cp.async, as partial tiles always are.
   static const bool tma = [] {
     const char* set = std::getenv("VISATTN_CUDA_SM90_TMA");
-    return set && std::atoi(set) == 1;
+    return !(set && std::strcmp(set, "0") == 0);
   }();
   TensorMaps maps{};
   maps.enabled = tma &&
                  encode_map<T>(maps.q, kp.q, kp.head_dim, kp.num_heads, kp.q_token_stride, kp.q_head_stride, kGroupRows) &&
                  encode_map<T>(maps.k, kp.k, kp.head_dim, kp.num_kv_heads, kp.k_token_stride, kp.k_head_stride, Keys) &&
                  encode_map<T>(maps.v, kp.v, kp.head_dim, kp.num_kv_heads, kp.v_token_stride, kp.v_head_stride, Keys);
-  static std::atomic<bool> told{false};  // an experiment's knob: say once when it cannot take effect
+  static std::atomic<bool> told{false};  // said once: the call still runs, on cp.async copies
   if (tma && !maps.enabled && !told.exchange(true)) {
-    std::fprintf(stderr, "visattn: VISATTN_CUDA_SM90_TMA=1, but the driver encoded no tensor map for a call "
+    std::fprintf(stderr, "visattn: the driver encoded no TMA tensor map for a call "
                          "(heads %d/%d, head_dim %d, token/head strides q %lld/%lld, k %lld/%lld, v %lld/%lld): "
                          "it copies with cp.async\n",
                  kp.num_heads, kp.num_kv_heads, kp.head_dim,
