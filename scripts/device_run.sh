@@ -14,7 +14,7 @@
 # by image length.
 set -uo pipefail
 OUT=${OUT:-/tmp/visattn-out}
-LOGS=$OUT/logs  # tarred at the end: the device returns at most 8 files
+LOGS=$OUT/logs  # tarred at the end: the device returns at most 8 files (the bench tables go to summary.txt)
 mkdir -p "$LOGS"
 trap 'tar -czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$LOGS"' EXIT
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
@@ -66,14 +66,16 @@ build/visattn check --backend cuda --cases "$([ -n "${QUICK:-}" ] && echo 100 ||
 log "check cuda, the sm80 kernel alone (VISATTN_CUDA_SM90=0)"
 VISATTN_CUDA_SM90=0 build/visattn check --backend cuda --cases 200 --seed 5 > "$LOGS/check_cuda_sm80.log" 2>&1; check_summary "$LOGS/check_cuda_sm80.log" 1
 
-log "check cuda, the sm90 (wgmma) kernel on every batch (VISATTN_CUDA_SM90=1) on 7 blocks, 128-key and wide key blocks, and the tail path on most images; its SASS (HGMMA: warpgroup MMAs)"
+log "check cuda, the sm90 (wgmma) kernel on every batch (VISATTN_CUDA_SM90=1) on 7 blocks, 128-key and wide key blocks, the tail path on most images, cp.async copies only; its SASS (HGMMA: warpgroup MMAs)"
 # A timeout: a wrong barrier phase in a new kernel hangs instead of failing. Seven blocks: each
 # walks many items of the persistent grid (the full grid runs in the check above). Each key
 # block size on every batch, whatever the lengths would pick; then a last block of up to 100
-# keys on the CUDA cores (the tail path; by default at most 4).
-for keys in 128 wide tail; do
-  tail_setting=$([ $keys = tail ] && echo VISATTN_CUDA_SM90_TAIL=100)
-  env VISATTN_CUDA_SM90=1 VISATTN_CUDA_SM90_GRID=7 VISATTN_CUDA_SM90_KEYS=${keys/tail/wide} $tail_setting \
+# keys on the CUDA cores (the tail path; by default at most 4); then every tile copied by
+# cp.async (TMA off: the path of partial tiles, and of a driver that encodes no tensor map).
+for keys in 128 wide tail copies; do
+  setting=$(case $keys in tail) echo VISATTN_CUDA_SM90_TAIL=100 ;; copies) echo VISATTN_CUDA_SM90_TMA=0 ;; esac)
+  block=$(case $keys in 128) echo 128 ;; *) echo wide ;; esac)
+  env VISATTN_CUDA_SM90=1 VISATTN_CUDA_SM90_GRID=7 VISATTN_CUDA_SM90_KEYS=$block $setting \
     timeout 300 build/visattn check --backend cuda --cases 200 --seed 9 > "$LOGS/check_cuda_sm90_$keys.log" 2>&1
   echo "rc=$?" >> "$LOGS/check_cuda_sm90_$keys.log"; echo "keys $keys:" | tee -a "$OUT/summary.txt"; check_summary "$LOGS/check_cuda_sm90_$keys.log" 2
 done
@@ -115,12 +117,12 @@ python_install
 if [ -z "${SKIP_GPU_BENCH:-}" ]; then
 log "gpu bench (cuda and cudnn backends beside the torch peers, bf16, one process)"
 PYTHONUNBUFFERED=1 python3 bench/gpu_bench.py --workloads bench/public_workloads.json --json "$OUT/bench_gpu.json" ${BENCH_ARGS:-} \
-  2> "$LOGS/gpu_bench_err.log" | tee "$OUT/gpu_bench.txt"; tail -5 "$LOGS/gpu_bench_err.log"
+  2> "$LOGS/gpu_bench_err.log" | tee -a "$OUT/summary.txt"; tail -5 "$LOGS/gpu_bench_err.log"
 fi
 
 log "layer bench (VisionAttentionLayer against the same layer in eager PyTorch, bf16, one process)"
 PYTHONUNBUFFERED=1 python3 bench/layer_bench.py --workloads bench/public_workloads.json --json "$OUT/bench_layer.json" \
-  2> "$LOGS/layer_bench_err.log" | tee "$OUT/layer_bench.txt"; tail -5 "$LOGS/layer_bench_err.log"
+  2> "$LOGS/layer_bench_err.log" | tee -a "$OUT/summary.txt"; tail -5 "$LOGS/layer_bench_err.log"
 else
   log "python (variants only)"
   python_install
