@@ -95,8 +95,9 @@ TensorPtr index_tensor(fe::graph::Graph& g, int64_t uid, const std::string& name
                       .set_data_type(type));
 }
 
-// The SDPA graph of `key` (ragged, or dense), not yet validated or built. sm_version > 0 declares the GPU
-// instead of asking the current device (the tests validate graphs on machines without one).
+// The SDPA graph of `key` (ragged, or dense), not yet validated or built. sm_version > 0
+// declares the GPU instead of asking the current device (the tests validate graphs on machines
+// without one).
 std::shared_ptr<fe::graph::Graph> make_graph(const PlanKey& key, Implementation implementation,
                                              int sm_version = 0) {
   const int64_t B = key.batch, S = key.max_seqlen, D = key.head_dim;
