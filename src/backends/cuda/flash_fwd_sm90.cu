@@ -2,8 +2,9 @@
 // products on warpgroup MMAs, over the 128-row tile schedule. A persistent grid: one block per
 // SM takes one item (tile, head) per round of gridDim.x items, in a snake order.
 //   - a producer warpgroup (setmaxnreg: few registers) copies each item's Q and its K/V blocks
-//     of 128 keys or sm90_wide_keys(D) (TMA boxes for whole tiles and blocks, TensorMaps; cp.async
-//     16-byte chunks for partial ones; both into the 128-byte-swizzled layout wgmma reads) into a ring of stages; K and V of a stage each have a "full" barrier that
+//     of 128 keys or sm90_wide_keys(D) (TMA boxes for whole tiles and blocks, TensorMaps;
+//     cp.async 16-byte chunks for partial ones; both into the 128-byte-swizzled layout wgmma
+//     reads) into a ring of stages; K and V of a stage each have a "full" barrier that
 //     completes when their copies land and an "empty" one when both consumers are done with
 //     them (K once S is done, V once P V is: the next K loads during the softmax); Q has such
 //     a pair too;
@@ -123,9 +124,9 @@ __device__ inline void load_swizzled(unsigned char* tile, const T* base, int64_t
 
 // Whole Q tiles and K/V blocks are copied by TMA (VISATTN_CUDA_SM90_TMA=0 turns it off; NOTES
 // CUDA 23: +1-6% at head dims 64 and 128 on an H100), one thread issuing a box per 64-column
-// atom, instead of by the producer warpgroup's 16-byte cp.async copies. Q, K and V as rank-3 tensors (head_dim, heads,
-// tokens; innermost first), boxes of 64 columns x 1 head x the tile's rows, 128-byte swizzle:
-// the layout chunk_offset describes. Columns past head_dim come as zeros; a block or tile
+// atom, instead of by the producer warpgroup's 16-byte cp.async copies. Q, K and V as rank-3
+// tensors (head_dim, heads, tokens; innermost first), boxes of 64 columns x 1 head x the tile's
+// rows, 128-byte swizzle: the layout chunk_offset describes. Columns past head_dim come as zeros; a block or tile
 // with rows past its image keeps the cp.async copies, which zero those rows.
 struct TensorMaps {
   CUtensorMap q, k, v;
