@@ -147,10 +147,11 @@ for variant in ${VARIANTS:-}; do
     ${VARIANT_ARGS:-} --json "$OUT/bench_$name.json" 2>> "$LOGS/gpu_bench_err.log" | tee -a "$OUT/summary.txt"
 done
 
-# CROSSOVER=1: cuda vs cudnn on uniform batches of every image length (the table auto uses).
+# CROSSOVER=1: cuda vs cudnn on uniform batches of every image length (the table auto uses),
+# prepared (ragged plans) and eager (dense plans).
 if [ -n "${CROSSOVER:-}" ]; then
   log "crossover: cuda vs cudnn by head dim and image length"
-  PYTHONUNBUFFERED=1 python3 bench/gpu_bench.py --workloads bench/crossover_workloads.json --backends cuda,cudnn \
+  PYTHONUNBUFFERED=1 python3 bench/gpu_bench.py --workloads bench/crossover_workloads.json --backends cuda,cudnn,cudnn-eager \
     --json "$OUT/bench_crossover.json" 2>> "$LOGS/gpu_bench_err.log" | tee -a "$OUT/summary.txt"
 fi
 

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <span>
+#include <vector>
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/device_metadata.h"
@@ -64,12 +65,15 @@ bool run_dense(const AttentionParams& p, int64_t cudnn_version, cudaStream_t str
   const int64_t length = dense_length(p);
   if (length == 0) return false;
   const std::vector<int64_t> calls = dense_calls(p.num_images);
+  std::vector<PlanKey> keys;
+  keys.reserve(calls.size());
   for (int64_t images : calls) {
-    if (!dense_plan_available(plan_key(p, images, length, cudnn_version, true))) return false;
+    keys.push_back(plan_key(p, images, length, cudnn_version, true));
+    if (!dense_plan_available(keys.back())) return false;
   }
   const int64_t bytes = dtype_size(p.dtype);
   int64_t token = p.cu_seqlens[0];
-  for (int64_t images : calls) {
+  for (size_t call = 0; call < calls.size(); ++call) {
     const auto at = [&](const void* base, int64_t token_stride, int64_t element_bytes) {
       return const_cast<char*>(static_cast<const char*>(base)) + token * token_stride * element_bytes;
     };
@@ -80,8 +84,8 @@ bool run_dense(const AttentionParams& p, int64_t cudnn_version, cudaStream_t str
                               p.lse ? reinterpret_cast<float*>(at(p.lse, p.lse_token_stride, 4)) : nullptr,
                               nullptr,
                               {}};
-    run_plan(plan_key(p, images, length, cudnn_version, true), tensors, stream, false, [] {});
-    token += images * length;
+    run_plan(keys[call], tensors, stream, false, [] {});
+    token += calls[call] * length;
   }
   return true;
 }
