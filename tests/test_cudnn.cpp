@@ -90,6 +90,22 @@ TEST(CudnnAutoTable, PrefersCudnnFromTheMeasuredCrossover) {
   EXPECT_TRUE(cudnn::auto_prefers_shape(8 * 4096, 8, 96, [] { return true; }));     // head dim 96: not measured, cudnn
 }
 
+// Batches that run dense have their own crossover: cudnn from 64 tokens, but at head dims
+// 65-80 only from 128, and below 2048 where the sm90 kernel runs.
+TEST(CudnnAutoTable, PrefersDensePlansFromTheirMeasuredCrossover) {
+  for (const bool sm90 : {false, true}) {
+    const auto runs_sm90 = [sm90] { return sm90; };
+    EXPECT_FALSE(cudnn::auto_prefers_dense(32, 64, runs_sm90));
+    EXPECT_TRUE(cudnn::auto_prefers_dense(64, 64, runs_sm90));
+    EXPECT_TRUE(cudnn::auto_prefers_dense(577, 64, runs_sm90));     // clip-l336
+    EXPECT_TRUE(cudnn::auto_prefers_dense(1025, 128, runs_sm90));   // internvit6b
+    EXPECT_TRUE(cudnn::auto_prefers_dense(16384, 128, runs_sm90));  // hd128-long4's images
+    EXPECT_FALSE(cudnn::auto_prefers_dense(64, 80, runs_sm90));     // cuda's sm80 kernel leads
+    EXPECT_TRUE(cudnn::auto_prefers_dense(729, 72, runs_sm90));     // siglip
+    EXPECT_EQ(cudnn::auto_prefers_dense(4096, 80, runs_sm90), !sm90);
+  }
+}
+
 TEST(CudnnRaggedIndices, LengthsAndOffsetsOfAPaddedBatch) {
   // Three images (the middle one empty) padded to a bucket of 8 the way the prepared metadata
   // pads cu_seqlens: the end repeated.

@@ -11,6 +11,16 @@
 // cuda) the sm90 kernel leads from 256 on (ties at 512 and 1024, and 6-22% ahead on the public
 // workloads siglip, qwen25vl-mixed32, qwen25vl-large4, qwen3vl-mixed32). Off sm90 (the sm80
 // kernel) cudnn led from 128 tokens at every head dim (the 2026-12-02 crossover).
+//
+// Uniform batches that run dense (dense_batch.h: not prepared, token-major) have their own
+// crossover, measured on an H100 (bench/results/h100-2026-12-06-s13-crossover.json, the same
+// command; the column cudnn-eager), TFLOP/s cuda vs cudnn on dense plans:
+//   image length      64          128          256          512         1024         2048
+//   head dim  64   42 vs 62    102 vs 173   206 vs 314   271 vs 380   308 vs 427   335 vs 442
+//   head dim  80   75 vs 59    124 vs 168   218 vs 282   272 vs 342   322 vs 373   382 vs 378
+//   head dim 128   78 vs 91    123 vs 185   281 vs 365   352 vs 520   427 vs 553   485 vs 594
+// cudnn leads everywhere but at head dims 65-80 at 64 tokens (cuda's sm80 kernel) and from 2048
+// (the sm90 kernel, a tie at 2048 and ahead on longer images: qwen25vl-large4).
 #pragma once
 
 #include <cstdint>
@@ -29,6 +39,18 @@ bool auto_prefers_shape(int64_t tokens, int64_t images, int head_dim, RunsSm90&&
   if (images == 0 || tokens < kAutoMinMeanImageTokens * images) return false;
   const bool sm90_may_lead = head_dim > 64 && head_dim <= 80 && tokens >= kAutoSm90HeadDim80MeanImageTokens * images;
   return !(sm90_may_lead && runs_sm90());
+}
+
+// The same for a batch that runs dense: `images` images of `length` tokens each.
+inline constexpr int64_t kAutoMinDenseImageTokens = 64;
+// At head dims 65-80 cuda leads below this length, and the sm90 kernel from the next.
+inline constexpr int64_t kAutoDenseHeadDim80ImageTokens[2] = {128, 2048};
+
+template <class RunsSm90>
+bool auto_prefers_dense(int64_t length, int head_dim, RunsSm90&& runs_sm90) {
+  if (length < kAutoMinDenseImageTokens) return false;
+  if (head_dim <= 64 || head_dim > 80) return true;
+  return length >= kAutoDenseHeadDim80ImageTokens[0] && !(length >= kAutoDenseHeadDim80ImageTokens[1] && runs_sm90());
 }
 
 }  // namespace visattn::cudnn

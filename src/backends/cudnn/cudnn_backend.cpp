@@ -93,9 +93,12 @@ bool run_dense(const AttentionParams& p, int64_t cudnn_version, cudaStream_t str
 }  // namespace
 
 bool auto_prefers(const AttentionParams& p) {
+  const auto runs_sm90 = [&] { return cuda::runs_sm90(p); };
   int64_t images = 0;
   for (int64_t i = 0; i < p.num_images; ++i) images += p.cu_seqlens[i + 1] > p.cu_seqlens[i];
-  if (!auto_prefers_shape(p.cu_seqlens[p.num_images], images, p.head_dim, [&] { return cuda::runs_sm90(p); })) {
+  const int64_t length = dense_length(p);
+  if (length > 0 ? !auto_prefers_dense(length, p.head_dim, runs_sm90)
+                 : !auto_prefers_shape(p.cu_seqlens[p.num_images], images, p.head_dim, runs_sm90)) {
     return false;
   }
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
