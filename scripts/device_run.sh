@@ -5,7 +5,7 @@
 # OpenBLAS does not travel: the bench there reports no sgemm ceiling.
 # Knobs (environment): QUICK=1 runs 100 check cases and skips ctest, compute-sanitizer and
 # pytest (kernel iterations); SKIP_CPU_BENCH=1; SKIP_GPU_BENCH=1 (attention; the layer bench runs);
-# SKIP_SANITIZER=1; PROFILE=workload[,..] adds an Nsight Compute
+# SKIP_SANITIZER=1; PROFILE=workload[,..] (from PROFILE_WORKLOADS, a workloads file) adds an Nsight Compute
 # report of one cuda kernel launch per workload (ncu_<workload>.txt); PROFILE_SOURCE=workload[,..]
 # its stall samples per SASS instruction (logs/source_<workload>.csv); BENCH_ARGS go to bench/gpu_bench.py;
 # VARIANTS (below) benches kernel variants picked by environment variables; VARIANTS_ONLY=1 skips
@@ -155,10 +155,11 @@ if [ -n "${CROSSOVER:-}" ]; then
     --json "$OUT/bench_crossover.json" 2>> "$LOGS/gpu_bench_err.log" | tee -a "$OUT/summary.txt"
 fi
 
-# ncu ARGS... on the 4th cuda kernel launch of $workload's bench (past the warm-up).
+# ncu ARGS... on the 4th cuda kernel launch of $workload's bench (past the warm-up); the
+# workload from PROFILE_WORKLOADS (default bench/public_workloads.json).
 ncu_one_launch() {
   ncu --kernel-name regex:flash_fwd --launch-skip 3 --launch-count 1 "$@" python3 bench/gpu_bench.py \
-    --workloads bench/public_workloads.json --backends cuda --only "$workload"
+    --workloads "${PROFILE_WORKLOADS:-bench/public_workloads.json}" --backends cuda --only "$workload"
 }
 
 if [ -n "${PROFILE:-}" ]; then
