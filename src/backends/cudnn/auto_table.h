@@ -41,16 +41,19 @@ bool auto_prefers_shape(int64_t tokens, int64_t images, int head_dim, RunsSm90&&
   return !(sm90_may_lead && runs_sm90());
 }
 
-// The same for a batch that runs dense: `images` images of `length` tokens each.
+// The same for a batch that runs dense (images of `length` tokens each).
 inline constexpr int64_t kAutoMinDenseImageTokens = 64;
-// At head dims 65-80 cuda leads below this length, and the sm90 kernel from the next.
-inline constexpr int64_t kAutoDenseHeadDim80ImageTokens[2] = {128, 2048};
+// At head dims 65-80 cuda leads below this length (the sm80 kernel) ...
+inline constexpr int64_t kAutoDenseHeadDim80MinImageTokens = 128;
+// ... and from this one on where the sm90 kernel runs.
+inline constexpr int64_t kAutoDenseSm90HeadDim80ImageTokens = 2048;
 
 template <class RunsSm90>
 bool auto_prefers_dense(int64_t length, int head_dim, RunsSm90&& runs_sm90) {
   if (length < kAutoMinDenseImageTokens) return false;
   if (head_dim <= 64 || head_dim > 80) return true;
-  return length >= kAutoDenseHeadDim80ImageTokens[0] && !(length >= kAutoDenseHeadDim80ImageTokens[1] && runs_sm90());
+  if (length < kAutoDenseHeadDim80MinImageTokens) return false;
+  return !(length >= kAutoDenseSm90HeadDim80ImageTokens && runs_sm90());
 }
 
 }  // namespace visattn::cudnn
