@@ -6,7 +6,9 @@ timed in one process on the same tensors, bf16, writing bench JSON in the schema
 visattn backends: `cuda` (our kernel) and `cudnn` (cuDNN's ragged SDPA, one call per batch; its
 plan is built by the first, untimed call), on prepared batches; `cudnn-eager`: cudnn on a batch
 that was not prepared (a uniform one runs on dense plans, docs/cudnn.md; the others upload their
-metadata in the call). A backend this machine lacks is reported and skipped.
+metadata in the call); `auto-eager`: backend "auto" on a batch that was not prepared (what a
+plain call gets: cuda or cudnn by the measured crossovers). A backend this machine lacks is
+reported and skipped.
 
 Peers (backend `peer:<name>`): torch SDPA per image with the flash, cuDNN and efficient
 kernels; nested jagged SDPA; torch varlen_attn (FlashAttention 2 inside PyTorch); padded SDPA
@@ -149,6 +151,7 @@ BACKENDS = [
     ("cuda", visattn_backend("cuda")),
     ("cudnn", visattn_backend("cudnn")),
     ("cudnn-eager", visattn_backend("cudnn", prepared=False)),
+    ("auto-eager", visattn_backend("auto", prepared=False)),
     ("peer:sdpa-flash-loop", per_image(SDPBackend.FLASH_ATTENTION)),
     ("peer:sdpa-cudnn-loop", per_image(SDPBackend.CUDNN_ATTENTION)),
     ("peer:sdpa-efficient-loop", per_image(SDPBackend.EFFICIENT_ATTENTION)),
