@@ -19,8 +19,9 @@
 //   head dim  64   42 vs 62    102 vs 173   206 vs 314   271 vs 380   308 vs 427   335 vs 442
 //   head dim  80   75 vs 59    124 vs 168   218 vs 282   272 vs 342   322 vs 373   382 vs 378
 //   head dim 128   78 vs 91    123 vs 185   281 vs 365   352 vs 520   427 vs 553   485 vs 594
-// cudnn leads everywhere but at head dims 65-80 at 64 tokens (cuda's sm80 kernel) and from 2048
-// (the sm90 kernel, a tie at 2048 and ahead on longer images: qwen25vl-large4).
+// cudnn leads everywhere but at head dims 65-80 at 64 tokens (cuda's sm80 kernel) and at 2048
+// (a tie with the sm90 kernel; longer uniform images were not measured, and on qwen25vl-large4
+// the sm90 kernel leads cudnn's ragged plan by 1.3x), where cuda keeps the call.
 #pragma once
 
 #include <cstdint>
