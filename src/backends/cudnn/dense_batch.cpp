@@ -1,5 +1,6 @@
 #include "backends/cudnn/dense_batch.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstdlib>
 

@@ -7,7 +7,8 @@
 //   up to 64 images);
 // - at most `dense_length_limit()` image lengths get dense plans in a process: a stream of ever
 //   new lengths builds that many and then runs on the ragged plans of its buckets.
-// Prepared batches (CUDA graphs replay them with other lengths) always run ragged.
+// Prepared batches always run ragged: CUDA graphs replay them with other lengths, and
+// update_device writes lengths into their buffers that the host batch does not hold.
 #pragma once
 
 #include <cstdint>
