@@ -10,7 +10,7 @@
 namespace visattn::cuda {
 
 struct BlockWork {
-  Tile item;  // the tile: a run of query rows of one image, or whole packed images
+  int first_image, end_image;  // the tile's images: one (a run of its query rows), or several packed
   int head, kv_head;
   bool packed;                // several images in the tile, masked block-diagonally
   int span_begin, span_end;   // tokens of the tile's images
@@ -27,10 +27,11 @@ __device__ inline bool block_work(const KernelParams& p, int tile_rows, int item
   const int local = item - in_group.group_first * p.num_heads;
   w.head = local / in_group.group_size;
   w.kv_head = w.head / (p.num_heads / p.num_kv_heads);
-  w.item = p.schedule[in_group.group_first + local % in_group.group_size];
-  w.packed = w.item.end_image - w.item.first_image > 1;
-  w.span_begin = p.cu_seqlens[w.item.first_image], w.span_end = p.cu_seqlens[w.item.end_image];
-  w.q_begin = w.span_begin + w.item.first_row;  // tokens, not rows of an image
+  const Tile& tile = p.schedule[in_group.group_first + local % in_group.group_size];
+  w.first_image = tile.first_image, w.end_image = tile.end_image;
+  w.packed = w.end_image - w.first_image > 1;
+  w.span_begin = p.cu_seqlens[w.first_image], w.span_end = p.cu_seqlens[w.end_image];
+  w.q_begin = w.span_begin + tile.first_row;  // tokens, not rows of an image
   w.rows = min(tile_rows, w.span_end - w.q_begin);
   const int q_last = w.q_begin + w.rows - 1;
   // Written so that huge windows cannot overflow.
@@ -47,7 +48,7 @@ __device__ inline void row_keys(const KernelParams& p, const BlockWork& w, int r
   const int token = w.q_begin + r;
   int lo = w.span_begin, hi = w.span_end;
   if (w.packed) {
-    for (int image = w.item.first_image; image < w.item.end_image; ++image) {
+    for (int image = w.first_image; image < w.end_image; ++image) {
       const int a = p.cu_seqlens[image], b = p.cu_seqlens[image + 1];
       if (token >= a && token < b) lo = a, hi = b;
     }

@@ -73,10 +73,18 @@ struct Registers {
 };
 constexpr int kMaxShared = 227 * 1024;           // per block on sm90
 
+// An item as the producer hands it to the consumers (bench/NOTES.md CUDA entry 25): their
+// setup per item is then a few shared loads, not the schedule's chain of dependent global
+// loads and integer divisions, which ran while no warpgroup had wgmmas to issue.
+struct ItemSlot {
+  BlockWork work;
+  int valid;  // 0: the schedule has ended
+};
+
 // Shared memory of head dim D (padded) and key blocks of kKeys (S is m64 x kKeys per
 // warpgroup): each warpgroup's Q, then the stages (K, then V), each a tile of 128-byte rows (64
-// elements) per 64-column atom of the head dim; then the barriers. As many stages as fit, up
-// to 4.
+// elements) per 64-column atom of the head dim; then the barriers and the item slot. As many
+// stages as fit, up to 4.
 template <int D, int Keys>
 struct Tiles {
   static constexpr int kKeys = Keys;
@@ -87,10 +95,12 @@ struct Tiles {
   static constexpr int kStagesOffset = kConsumers * kGroupQBytes;
   static constexpr int kMaxStages = 4;
   static constexpr int kBarrierBytes = (2 + 4 * kMaxStages) * 8;  // Q full/empty; K and V full/empty per stage
-  static constexpr int kFit = (kMaxShared - kStagesOffset - kBarrierBytes) / kStageBytes;
+  static constexpr int kSlotBytes = (sizeof(ItemSlot) + 15) / 16 * 16;
+  static constexpr int kFit = (kMaxShared - kStagesOffset - kBarrierBytes - kSlotBytes) / kStageBytes;
   static constexpr int kStages = kFit < kMaxStages ? kFit : kMaxStages;
   static constexpr int kBarriersOffset = kStagesOffset + kStages * kStageBytes;
-  static constexpr int kBytes = kBarriersOffset + kBarrierBytes;
+  static constexpr int kSlotOffset = kBarriersOffset + kBarrierBytes;
+  static constexpr int kBytes = kSlotOffset + kSlotBytes;
   static_assert(kStages >= 2 && kBytes <= kMaxShared, "the tiles fit an H100's shared memory");
 };
 
@@ -154,11 +164,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* full_v = full_k + kStages;
   uint64_t* empty_k = full_v + kStages;
   uint64_t* empty_v = empty_k + kStages;
+  ItemSlot* slot = reinterpret_cast<ItemSlot*>(shared + Layout::kSlotOffset);
 
   BlockWork w;
   if (!block_work(p, kRows, blockIdx.x, w)) return;  // the block's first item
   if (threadIdx.x == 0) {
-    mbarrier::init(q_full, kProducerThreads);
+    mbarrier::init(q_full, 2 * kProducerThreads);  // each producer thread: the slot, then its Q copies
     mbarrier::init(q_empty, 4 * kConsumers);
     for (int s = 0; s < kStages; ++s) {
       mbarrier::init(&full_k[s], kProducerThreads);  // each producer thread, as its copies land
@@ -174,6 +185,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // The schedule runs heaviest first, so a block with a heavy item in one round gets a light
   // one in the next. Key blocks are counted across items (n): stage n % kStages, round
   // n / kStages.
+  // Only the producer walks the schedule; it hands each item to the consumers in the slot.
   auto next_item = [&](int round) {  // after `round`: false when the block is done
     const int64_t grid = gridDim.x, next = (round + 1) * grid + (round % 2 ? blockIdx.x : grid - 1 - blockIdx.x);
     return next <= INT_MAX && block_work(p, kRows, int(next), w);
@@ -200,9 +212,18 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     };
+    // Thread 0 writes the slot once the consumers have read the last one (q_empty); each
+    // producer thread's arrival on q_full publishes it, beside its Q copies' arrival.
+    auto write_slot = [&](bool valid) {
+      if (thread != 0) return;
+      slot->work = w, slot->work.kv_head = 0;  // the consumers need no K/V head: one register less to hold
+      slot->valid = valid;
+    };
     int n = 0;
     for (int round = 0;; ++round) {
-      if (round > 0) mbarrier::wait(q_empty, (round - 1) & 1);  // the last item's Q was read
+      if (round > 0) mbarrier::wait(q_empty, (round - 1) & 1);  // the last item's Q and slot were read
+      write_slot(true);
+      mbarrier::arrive(q_full);  // the slot
       if (maps.enabled && w.rows == kRows) {
         boxes(q_full, kConsumers, shared, Layout::kGroupQBytes, &maps.q, kGroupRows, w.head, w.q_begin);
       } else {
@@ -240,7 +261,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
       n %= 2 * kStages;  // stage and parity repeat with this period: n stays small (the consumers do the same)
-      if (!next_item(round)) break;
+      if (!next_item(round)) {  // the end, published as an item without Q copies
+        mbarrier::wait(q_empty, round & 1);
+        write_slot(false);
+        mbarrier::arrive(q_full), mbarrier::arrive(q_full);
+        break;
+      }
     }
     cp_async_wait_all();
     return;
@@ -419,34 +445,42 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Keys in the last own block when they are few (at most tail_limit) and blocks before it
   // are own too: that block is added on the CUDA cores (tail_update), not on the tensor cores.
   int tail = 0;
+  // Issues S of some block on every path, the schedule's end included (ptxas serializes every
+  // wgmma when one is in flight past a branch, or when two places issue an item's first S);
+  // returns false at the end, where that S is of whatever stage n holds and is dropped.
   auto begin_item = [&](int round) {
-    // This thread's two rows (slot h: first_row + 8 h) and the keys each sees; the key blocks
-    // some row of this warpgroup sees, [own_begin, own_end).
-#pragma unroll
-    for (int h = 0; h < 2; ++h) row_keys(p, w, first_row + 8 * h, key_min[h], key_max[h]);
-    blocks = key_blocks();
-    own_begin = own_end = tail = 0;
-    if (group * kGroupRows < w.rows) {
-      int lo, hi, unused;
-      row_keys(p, w, group * kGroupRows, lo, unused);
-      row_keys(p, w, min(w.rows, (group + 1) * kGroupRows) - 1, unused, hi);
-      own_begin = max(0, (lo - w.key_begin) / kKeys);
-      own_end = max(own_begin, min(blocks, (hi - w.key_begin + kKeys - 1) / kKeys));
-      const int last_keys = hi - (w.key_begin + (own_end - 1) * kKeys);
-      if (own_end - own_begin >= 2 && last_keys <= tail_limit) tail = last_keys;
-    }
-    // Every warp waits for the item's Q, so that its "empty" arrival cannot run ahead of it.
+    // Every warp waits for the item's Q (and slot), so that its "empty" arrival cannot run
+    // ahead of it. Lane 0's view of the end: ptxas then knows the branch is warp-uniform.
     mbarrier::wait(q_full, round & 1);
-    for (int j = 0; j < own_begin; ++j) pass_block(n + j);
-    // Issued on every path (ptxas serializes every wgmma when one is in flight past a branch):
-    // a warpgroup without rows in the tile (own_begin = own_end = 0) computes S of block 0
-    // and drops it.
-    wait_k(n + own_begin);
+    const bool valid = __shfl_sync(0xffffffffu, slot->valid, 0);
+    own_begin = own_end = tail = 0;
+    w = slot->work;  // on every path, so that the consumers' w never holds the first block_work's
+    if (valid) {
+      // This thread's two rows (slot h: first_row + 8 h) and the keys each sees; the key
+      // blocks some row of this warpgroup sees, [own_begin, own_end).
+#pragma unroll
+      for (int h = 0; h < 2; ++h) row_keys(p, w, first_row + 8 * h, key_min[h], key_max[h]);
+      blocks = key_blocks();
+      if (group * kGroupRows < w.rows) {
+        int lo, hi, unused;
+        row_keys(p, w, group * kGroupRows, lo, unused);
+        row_keys(p, w, min(w.rows, (group + 1) * kGroupRows) - 1, unused, hi);
+        own_begin = max(0, (lo - w.key_begin) / kKeys);
+        own_end = max(own_begin, min(blocks, (hi - w.key_begin + kKeys - 1) / kKeys));
+        const int last_keys = hi - (w.key_begin + (own_end - 1) * kKeys);
+        if (own_end - own_begin >= 2 && last_keys <= tail_limit) tail = last_keys;
+      }
+      for (int j = 0; j < own_begin; ++j) pass_block(n + j);
+      // A warpgroup without rows in the tile (own_begin = own_end = 0) computes S of block 0
+      // and drops it.
+      wait_k(n + own_begin);
+    }
     sm90::fence_async_shared();  // the copies, visible to the tensor cores' reads
     turn_begin();
     sm90::wgmma_fence();
     issue_s(n + own_begin);
     turn_end();
+    return valid;
   };
 
   // The last item's output, O / l packed to T pairs (registers no wgmma writes), stored under
@@ -485,20 +519,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
 
   for (int round = 0;; ++round) {
-    // One place issues each item's first S (ptxas serializes every wgmma when two do).
-    if (round > 0 && !next_item(round - 1)) {
-      store_output();
-      break;
-    }
-    begin_item(round);
+    const bool more = begin_item(round);
     if (round > 0) store_output();
-    const float sink = p.sinks ? p.sinks[w.head * p.sinks_stride] * kLog2e : -INFINITY;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) row_max[h] = sink, row_sum[h] = p.sinks && quad == 0 ? 1.0f : 0.0f;
     // S of the first own block, issued by begin_item. Waited for on every path (nothing is in
     // flight without an own block), else ptxas cannot tell and serializes every wgmma.
     sm90::wgmma_wait<0>();
     sm90::fence_operands(s);
+    if (!more) break;
+    const float sink = p.sinks ? p.sinks[w.head * p.sinks_stride] * kLog2e : -INFINITY;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) row_max[h] = sink, row_sum[h] = p.sinks && quad == 0 ? 1.0f : 0.0f;
     if (own_begin < own_end) {
       clear_o();  // only now: O is no wgmma's while S is in flight (else ptxas serializes)
       release_k(n + own_begin);
