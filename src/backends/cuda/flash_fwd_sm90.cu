@@ -7,7 +7,8 @@
 //     reads) into a ring of stages; K and V of a stage each have a "full" barrier that
 //     completes when their copies land and an "empty" one when both consumers are done with
 //     them (K once S is done, V once P V is: the next K loads during the softmax); Q has such
-//     a pair too;
+//     a pair too (two Q buffers at head dim 64, where they fit). The producer alone walks the
+//     schedule: it hands each item to the consumers in a slot of shared memory;
 //   - two consumer warpgroups own 64 query rows each and share every K/V stage. Each issues
 //     S = Q Kᵀ of key block j (m64nKk16 wgmmas, Q and K in shared memory) and then O += P V of
 //     block j - 1 (m64nDk16, P from registers, V in shared memory, MN-major) in one issue. The
@@ -75,29 +76,37 @@ constexpr int kMaxShared = 227 * 1024;           // per block on sm90
 
 // An item as the producer hands it to the consumers (bench/NOTES.md CUDA entry 25): their
 // setup per item is then a few shared loads, not the schedule's chain of dependent global
-// loads and integer divisions, which ran while no warpgroup had wgmmas to issue.
+// loads and integer divisions. It has its own barrier, so that the consumers' setup runs while
+// the item's Q is still on its way.
 struct ItemSlot {
   BlockWork work;
   int valid;  // 0: the schedule has ended
 };
 
 // Shared memory of head dim D (padded) and key blocks of kKeys (S is m64 x kKeys per
-// warpgroup): each warpgroup's Q, then the stages (K, then V), each a tile of 128-byte rows (64
-// elements) per 64-column atom of the head dim; then the barriers and the item slot. As many
-// stages as fit, up to 4.
+// warpgroup): the Q buffers (each warpgroup's Q), then the stages (K, then V), each a tile of
+// 128-byte rows (64 elements) per 64-column atom of the head dim; then the barriers and an item
+// slot per Q buffer. As many stages as fit, up to 4; a second Q buffer where it costs no stage
+// (head dim 64), so that the next item's Q lands while this one runs.
 template <int D, int Keys>
 struct Tiles {
   static constexpr int kKeys = Keys;
   static constexpr int kAtoms = (D + 63) / 64;
   static constexpr int kGroupQBytes = kAtoms * kGroupRows * 128;
+  static constexpr int kQBytes = kConsumers * kGroupQBytes;
   static constexpr int kKVBytes = kAtoms * kKeys * 128;
   static constexpr int kStageBytes = 2 * kKVBytes;
-  static constexpr int kStagesOffset = kConsumers * kGroupQBytes;
-  static constexpr int kMaxStages = 4;
-  static constexpr int kBarrierBytes = (2 + 4 * kMaxStages) * 8;  // Q full/empty; K and V full/empty per stage
-  static constexpr int kSlotBytes = (sizeof(ItemSlot) + 15) / 16 * 16;
-  static constexpr int kFit = (kMaxShared - kStagesOffset - kBarrierBytes - kSlotBytes) / kStageBytes;
-  static constexpr int kStages = kFit < kMaxStages ? kFit : kMaxStages;
+  static constexpr int kMaxStages = 4, kMaxQBuffers = 2;
+  // Per Q buffer: Q full/empty, slot full; per stage: K and V full/empty.
+  static constexpr int kBarrierBytes = (3 * kMaxQBuffers + 4 * kMaxStages) * 8;
+  static constexpr int kSlotBytes = (kMaxQBuffers * sizeof(ItemSlot) + 15) / 16 * 16;
+  static constexpr int stages_beside(int q_buffers) {
+    const int fit = (kMaxShared - q_buffers * kQBytes - kBarrierBytes - kSlotBytes) / kStageBytes;
+    return fit < kMaxStages ? fit : kMaxStages;
+  }
+  static constexpr int kStages = stages_beside(1);
+  static constexpr int kQBuffers = stages_beside(2) == kStages ? 2 : 1;
+  static constexpr int kStagesOffset = kQBuffers * kQBytes;
   static constexpr int kBarriersOffset = kStagesOffset + kStages * kStageBytes;
   static constexpr int kSlotOffset = kBarriersOffset + kBarrierBytes;
   static constexpr int kBytes = kSlotOffset + kSlotBytes;
@@ -157,20 +166,29 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr bool kReleaseKAfterSoftmax = Keys == 192;
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ __align__(1024) unsigned char shared[];
+  constexpr int kQBuffers = Layout::kQBuffers;
   unsigned char* stages = shared + Layout::kStagesOffset;
-  uint64_t* q_full = reinterpret_cast<uint64_t*>(shared + Layout::kBarriersOffset);
-  uint64_t* q_empty = q_full + 1;
-  uint64_t* full_k = q_full + 2;         // [kStages] each
+  uint64_t* q_full = reinterpret_cast<uint64_t*>(shared + Layout::kBarriersOffset);  // [kQBuffers] each
+  uint64_t* q_empty = q_full + kQBuffers;
+  uint64_t* slot_full = q_empty + kQBuffers;
+  uint64_t* full_k = slot_full + kQBuffers;  // [kStages] each
   uint64_t* full_v = full_k + kStages;
   uint64_t* empty_k = full_v + kStages;
   uint64_t* empty_v = empty_k + kStages;
-  ItemSlot* slot = reinterpret_cast<ItemSlot*>(shared + Layout::kSlotOffset);
+  ItemSlot* slots = reinterpret_cast<ItemSlot*>(shared + Layout::kSlotOffset);  // [kQBuffers]
+  // Item r of this block (its round) takes Q buffer and slot r % kQBuffers, for the u-th time
+  // (u = r / kQBuffers): phase u of their barriers.
+  auto q_buffer = [](int round) { return round % kQBuffers; };
+  auto q_parity = [](int round) { return uint32_t(round / kQBuffers & 1); };
 
   BlockWork w;
   if (!block_work(p, kRows, blockIdx.x, w)) return;  // the block's first item
   if (threadIdx.x == 0) {
-    mbarrier::init(q_full, 2 * kProducerThreads);  // each producer thread: the slot, then its Q copies
-    mbarrier::init(q_empty, 4 * kConsumers);
+    for (int b = 0; b < kQBuffers; ++b) {
+      mbarrier::init(&q_full[b], kProducerThreads);
+      mbarrier::init(&q_empty[b], 4 * kConsumers);
+      mbarrier::init(&slot_full[b], 1);  // producer thread 0, once it wrote the slot
+    }
     for (int s = 0; s < kStages; ++s) {
       mbarrier::init(&full_k[s], kProducerThreads);  // each producer thread, as its copies land
       mbarrier::init(&full_v[s], kProducerThreads);
@@ -212,27 +230,31 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     };
-    // Thread 0 writes the slot once the consumers have read the last one (q_empty); each
-    // producer thread's arrival on q_full publishes it, beside its Q copies' arrival.
-    auto write_slot = [&](bool valid) {
+    // Round r's Q buffer and slot, once the consumers are done with their last item (q_empty of
+    // round r - kQBuffers). Thread 0 writes the slot and arrives on slot_full (a release: the
+    // consumers see the slot when they see the phase complete).
+    auto claim_q_buffer = [&](int round, bool valid) {
+      const int b = q_buffer(round);
+      if (round >= kQBuffers) mbarrier::wait(&q_empty[b], q_parity(round) ^ 1);
       if (thread != 0) return;
-      slot->work = w, slot->work.kv_head = 0;  // the consumers need no K/V head: one register less to hold
-      slot->valid = valid;
+      slots[b].work = w, slots[b].work.kv_head = 0;  // the consumers need no K/V head: one register less to hold
+      slots[b].valid = valid;
+      mbarrier::arrive(&slot_full[b]);
     };
     int n = 0;
     for (int round = 0;; ++round) {
-      if (round > 0) mbarrier::wait(q_empty, (round - 1) & 1);  // the last item's Q and slot were read
-      write_slot(true);
-      mbarrier::arrive(q_full);  // the slot
+      claim_q_buffer(round, true);
+      unsigned char* q_tiles = shared + q_buffer(round) * Layout::kQBytes;
+      uint64_t* q_landed = &q_full[q_buffer(round)];
       if (maps.enabled && w.rows == kRows) {
-        boxes(q_full, kConsumers, shared, Layout::kGroupQBytes, &maps.q, kGroupRows, w.head, w.q_begin);
+        boxes(q_landed, kConsumers, q_tiles, Layout::kGroupQBytes, &maps.q, kGroupRows, w.head, w.q_begin);
       } else {
         for (int g = 0; g < kConsumers; ++g) {
-          load_swizzled<T, D, kGroupRows>(shared + g * Layout::kGroupQBytes, static_cast<const T*>(p.q),
+          load_swizzled<T, D, kGroupRows>(q_tiles + g * Layout::kGroupQBytes, static_cast<const T*>(p.q),
                                           w.q_begin + g * kGroupRows, min(kGroupRows, max(0, w.rows - g * kGroupRows)),
                                           p.q_token_stride, w.head * p.q_head_stride, p.head_dim, thread);
         }
-        mbarrier::arrive_on_copies(q_full);
+        mbarrier::arrive_on_copies(q_landed);
       }
       const int blocks = key_blocks();
       for (int j = 0; j < blocks; ++j, ++n) {
@@ -261,10 +283,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
       n %= 2 * kStages;  // stage and parity repeat with this period: n stays small (the consumers do the same)
-      if (!next_item(round)) {  // the end, published as an item without Q copies
-        mbarrier::wait(q_empty, round & 1);
-        write_slot(false);
-        mbarrier::arrive(q_full), mbarrier::arrive(q_full);
+      if (!next_item(round)) {  // the end: a slot marked so, and no Q
+        claim_q_buffer(round + 1, false);
         break;
       }
     }
@@ -276,7 +296,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Regs::kConsumer));
   const int group = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int quad = lane % 4, first_row = group * kGroupRows + 16 * warp + lane / 4;
+  // This warpgroup's Q of the item, its descriptor and the barrier that frees its buffer (set
+  // by begin_item).
   const unsigned char* q_tile = shared + group * Layout::kGroupQBytes;
+  uint64_t* q_empty_now = q_empty;
   auto wait_k = [&](int n) { mbarrier::wait(&full_k[n % kStages], (n / kStages) & 1); };
   auto wait_v = [&](int n) { mbarrier::wait(&full_v[n % kStages], (n / kStages) & 1); };
   auto release = [&](uint64_t* barrier) {  // this warp is done with what the barrier guards
@@ -316,7 +339,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // S = Q Kᵀ of key block n (not waited for). The first k-step overwrites s.
   // Descriptors of Q and of stage 0's K and V, made once: a tile `b` bytes further is the
   // descriptor plus b / 16 (its address field), so the wgmma loops add constants.
-  const uint32_t q_desc = sm90::descriptor_low(q_tile, 16);
+  const uint32_t q_desc_first = sm90::descriptor_low(q_tile, 16);  // the first Q buffer's
+  uint32_t q_desc = q_desc_first;
   const uint32_t k_desc = sm90::descriptor_low(stages, 16);
   // V's second 64-column atom is LBO bytes after its first: the next atom of its tile.
   const uint32_t v_desc = sm90::descriptor_low(stages + Layout::kKVBytes, kKeys * 128);
@@ -449,12 +473,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   // wgmma when one is in flight past a branch, or when two places issue an item's first S);
   // returns false at the end, where that S is of whatever stage n holds and is dropped.
   auto begin_item = [&](int round) {
-    // Every warp waits for the item's Q (and slot), so that its "empty" arrival cannot run
-    // ahead of it. Lane 0's view of the end: ptxas then knows the branch is warp-uniform.
-    mbarrier::wait(q_full, round & 1);
-    const bool valid = __shfl_sync(0xffffffffu, slot->valid, 0);
+    // The slot first: the setup runs while Q may still be landing. Lane 0's view of the end:
+    // ptxas then knows the branch is warp-uniform.
+    const int b = q_buffer(round);
+    mbarrier::wait(&slot_full[b], q_parity(round));
+    const bool valid = __shfl_sync(0xffffffffu, slots[b].valid, 0);
     own_begin = own_end = tail = 0;
-    w = slot->work;  // on every path, so that the consumers' w never holds the first block_work's
+    w = slots[b].work;  // on every path, so that the consumers' w never holds the first block_work's
+    q_tile = shared + b * Layout::kQBytes + group * Layout::kGroupQBytes;
+    q_desc = q_desc_first + uint32_t(b * (Layout::kQBytes / 16));
+    q_empty_now = &q_empty[b];
     if (valid) {
       // This thread's two rows (slot h: first_row + 8 h) and the keys each sees; the key
       // blocks some row of this warpgroup sees, [own_begin, own_end).
@@ -471,6 +499,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (own_end - own_begin >= 2 && last_keys <= tail_limit) tail = last_keys;
       }
       for (int j = 0; j < own_begin; ++j) pass_block(n + j);
+      // Every warp waits for the item's Q, so that its "empty" arrival cannot run ahead of it.
+      mbarrier::wait(&q_full[b], q_parity(round));
       // A warpgroup without rows in the tile (own_begin = own_end = 0) computes S of block 0
       // and drops it.
       wait_k(n + own_begin);
@@ -564,7 +594,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         pack_p();
       }
-      if (!tail) release(q_empty);  // every S of the item is done: the producer may load the next Q
+      if (!tail) release(q_empty_now);  // every S of the item is done: the producer may load the next Q
       wait_v(n + full_end - 1);
       sm90::fence_async_shared();
       turn_begin();
@@ -578,14 +608,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (tail) {
         empty_turn();  // the tail block's turn, taken at once: the other warpgroup need not wait
         tail_update(n + full_end, w.key_begin + full_end * kKeys, tail);
-        release(q_empty);
+        release(q_empty_now);
       }
     } else {  // block 0's S was dropped: its turn is taken, its K and V are released
       clear_o();
       release_k(n);
       wait_v(n);
       release_v(n);
-      release(q_empty);
+      release(q_empty_now);
       empty_turn();
     }
     for (int j = max(own_end, own_begin + 1); j < blocks; ++j) pass_block(n + j);
