@@ -82,6 +82,22 @@ struct ItemSlot {
   BlockWork work;
   int valid;  // 0: the schedule has ended
 };
+static_assert(sizeof(ItemSlot) % 16 == 0 && alignof(ItemSlot) <= 16, "a slot is whole 16-byte words");
+
+// Writes the slot where `writer` holds, as predicated stores: a branch around them (one thread
+// writing) made ptxas keep the shared window's base in a per-thread register for the rest of
+// the producer, and every TMA issue then moved it to a uniform one first.
+__device__ inline void store_slot(ItemSlot* slot, const ItemSlot& item, bool writer) {
+  int4 words[sizeof(ItemSlot) / 16];
+  memcpy(words, &item, sizeof(words));
+  const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(slot));
+#pragma unroll
+  for (int i = 0; i < int(sizeof(ItemSlot) / 16); ++i) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p st.shared.v4.b32 [%1], {%2, %3, %4, %5};\n}\n" ::"r"(int(writer)),
+                 "r"(address + 16 * i), "r"(words[i].x), "r"(words[i].y), "r"(words[i].z), "r"(words[i].w)
+                 : "memory");
+  }
+}
 
 // Shared memory of head dim D (padded) and key blocks of kKeys (S is m64 x kKeys per
 // warpgroup): the Q buffers (each warpgroup's Q), then the stages (K, then V), each a tile of
@@ -187,7 +203,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int b = 0; b < kQBuffers; ++b) {
       mbarrier::init(&q_full[b], kProducerThreads);
       mbarrier::init(&q_empty[b], 4 * kConsumers);
-      mbarrier::init(&slot_full[b], 1);  // producer thread 0, once it wrote the slot
+      mbarrier::init(&slot_full[b], kProducerThreads);
     }
     for (int s = 0; s < kStages; ++s) {
       mbarrier::init(&full_k[s], kProducerThreads);  // each producer thread, as its copies land
@@ -236,9 +252,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto claim_q_buffer = [&](int round, bool valid) {
       const int b = q_buffer(round);
       if (round >= kQBuffers) mbarrier::wait(&q_empty[b], q_parity(round) ^ 1);
-      if (thread != 0) return;
-      slots[b].work = w, slots[b].work.kv_head = 0;  // the consumers need no K/V head: one register less to hold
-      slots[b].valid = valid;
+      ItemSlot item{w, valid};
+      item.work.kv_head = 0;  // the consumers need no K/V head: one register less to hold
+      store_slot(&slots[b], item, thread == 0);
       mbarrier::arrive(&slot_full[b]);
     };
     int n = 0;
