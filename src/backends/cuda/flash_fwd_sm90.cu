@@ -166,6 +166,7 @@ __device__ inline void load_swizzled(unsigned char* tile, const T* base, int64_t
 struct TensorMaps {
   CUtensorMap q, k, v;
   int enabled;
+  int prefetch;  // the next item's Q into L2 ahead of its load (enabled maps only)
 };
 
 template <typename T, int D, int Keys>
@@ -302,6 +303,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (!next_item(round)) {  // the end: a slot marked so, and no Q
         claim_q_buffer(round + 1, false);
         break;
+      }
+      // The next item's Q into L2 now, while the consumers still have this item's last blocks
+      // ahead: its load waits for them (q_empty), and then finds it there (NOTES CUDA 26).
+      if (maps.prefetch && w.rows == kRows) {
+        for (int g = 0; g < kConsumers; ++g) {
+          for (int atom = 0; atom < Layout::kAtoms; ++atom) {
+            tma::prefetch_3d(&maps.q, atom * 64, w.head, w.q_begin + g * kGroupRows, thread == 0);
+          }
+        }
       }
     }
     cp_async_wait_all();
@@ -696,6 +706,12 @@ cudaError_t launch(const KernelParams& kp, int tail_limit, dim3 grid, cudaStream
                  encode_map<T>(maps.q, kp.q, kp.head_dim, kp.num_heads, kp.q_token_stride, kp.q_head_stride, kGroupRows) &&
                  encode_map<T>(maps.k, kp.k, kp.head_dim, kp.num_kv_heads, kp.k_token_stride, kp.k_head_stride, Keys) &&
                  encode_map<T>(maps.v, kp.v, kp.head_dim, kp.num_kv_heads, kp.v_token_stride, kp.v_head_stride, Keys);
+  // EXPERIMENT knob for the A/B of NOTES CUDA 26: VISATTN_CUDA_SM90_PREFETCH=0 turns it off.
+  static const bool prefetch = [] {
+    const char* set = std::getenv("VISATTN_CUDA_SM90_PREFETCH");
+    return !(set && std::strcmp(set, "0") == 0);
+  }();
+  maps.prefetch = maps.enabled && prefetch;
   static std::atomic<bool> told{false};  // said once: the call still runs, on cp.async copies
   if (tma && !maps.enabled && !told.exchange(true)) {
     std::fprintf(stderr, "visattn: the driver encoded no TMA tensor map for a call "
