@@ -3,7 +3,7 @@
 # The GPU machine reaches no package registry: CLI11, nlohmann-json and GoogleTest travel as
 # Debian packages in .deps/ (fetched by scripts/fetch_device_deps.sh), unpacked into a prefix.
 # OpenBLAS does not travel: the bench there reports no sgemm ceiling.
-# Knobs (environment): QUICK=1 runs 100 check cases and skips ctest, compute-sanitizer and
+# Knobs (environment): SANITIZER_ONLY=1 (below); QUICK=1 runs 100 check cases and skips ctest, compute-sanitizer and
 # pytest (kernel iterations); SKIP_CPU_BENCH=1; SKIP_GPU_BENCH=1 (attention; the layer bench runs);
 # SKIP_SANITIZER=1; PROFILE=workload[,..] (from PROFILE_WORKLOADS, a workloads file) adds an Nsight Compute
 # report of one cuda kernel launch per workload (ncu_<workload>.txt); PROFILE_SOURCE=workload[,..]
@@ -44,9 +44,25 @@ fi
 
 log "build"
 ARCHS=${ARCHS:-90-real}  # the H200; CI and `make` build every architecture
+# SANITIZER_ONLY=1: the CLI alone, then memcheck and racecheck on the cuda backend (as below, and
+# on the sm90 kernel forced onto 7 blocks, where every block walks many items) and one forced
+# check; nothing else (a quick look at a change to the kernel's synchronization).
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DVISATTN_CUDA_ARCHITECTURES="$ARCHS" > "$LOGS/build.log" 2>&1 && \
-  cmake --build build -j "$(nproc)" >> "$LOGS/build.log" 2>&1 || { tail -30 "$LOGS/build.log"; exit 1; }
+  cmake --build build -j "$(nproc)" ${SANITIZER_ONLY:+--target visattn_cli} >> "$LOGS/build.log" 2>&1 || { tail -30 "$LOGS/build.log"; exit 1; }
 build/visattn info | tee -a "$OUT/summary.txt"
+
+if [ -n "${SANITIZER_ONLY:-}" ]; then
+  for forced in "" "VISATTN_CUDA_SM90=1 VISATTN_CUDA_SM90_GRID=7"; do
+    for tool in memcheck racecheck; do
+      env $forced compute-sanitizer --tool $tool --error-exitcode 9 build/visattn check --backend cuda --cases 12 --seed 3 \
+        > "$LOGS/sanitizer_$tool.log" 2>&1
+      echo "$tool ${forced:-default} rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/sanitizer_$tool.log" | tail -1)" | tee -a "$OUT/summary.txt"
+    done
+  done
+  VISATTN_CUDA_SM90=1 VISATTN_CUDA_SM90_GRID=7 timeout 120 build/visattn check --backend cuda --cases 100 --seed 9 \
+    > "$LOGS/check_forced.log" 2>&1; check_summary "$LOGS/check_forced.log" 1
+  exit 0
+fi
 
 python_install() {
   python3 -m pip install -q --no-build-isolation --no-deps \

@@ -84,6 +84,23 @@ struct ItemSlot {
 };
 static_assert(sizeof(ItemSlot) % 16 == 0 && alignof(ItemSlot) <= 16, "a slot is whole 16-byte words");
 
+// A consumer warp's copy of the slot: lane 0 reads it and passes it on, so that (1) ptxas sees
+// the item warp-uniform (a value it may think divergent, in a branch around the wgmmas,
+// serializes them all), and (2) the lane that reads the slot is the one whose arrival on
+// q_empty later lets the producer overwrite it (compute-sanitizer's racecheck flagged reads by
+// the other lanes, ordered before that arrival only through __syncwarp).
+__device__ inline ItemSlot read_slot(const ItemSlot& slot, int lane) {
+  ItemSlot item;
+#pragma unroll
+  for (int i = 0; i < int(sizeof(ItemSlot) / 4); ++i) {  // word by word: the copy stays in registers
+    int word = 0;
+    if (lane == 0) memcpy(&word, reinterpret_cast<const char*>(&slot) + 4 * i, 4);
+    word = __shfl_sync(0xffffffffu, word, 0);
+    memcpy(reinterpret_cast<char*>(&item) + 4 * i, &word, 4);
+  }
+  return item;
+}
+
 // Writes the slot where `writer` holds, as predicated stores: a branch around them (one thread
 // writing) made ptxas keep the shared window's base in a per-thread register for the rest of
 // the producer, and every TMA issue then moved it to a uniform one first.
@@ -166,7 +183,6 @@ __device__ inline void load_swizzled(unsigned char* tile, const T* base, int64_t
 struct TensorMaps {
   CUtensorMap q, k, v;
   int enabled;
-  int prefetch;  // the next item's Q into L2 ahead of its load (enabled maps only)
 };
 
 template <typename T, int D, int Keys>
@@ -303,15 +319,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (!next_item(round)) {  // the end: a slot marked so, and no Q
         claim_q_buffer(round + 1, false);
         break;
-      }
-      // The next item's Q into L2 now, while the consumers still have this item's last blocks
-      // ahead: its load waits for them (q_empty), and then finds it there (NOTES CUDA 26).
-      if (maps.prefetch && w.rows == kRows) {
-        for (int g = 0; g < kConsumers; ++g) {
-          for (int atom = 0; atom < Layout::kAtoms; ++atom) {
-            tma::prefetch_3d(&maps.q, atom * 64, w.head, w.q_begin + g * kGroupRows, thread == 0);
-          }
-        }
       }
     }
     cp_async_wait_all();
@@ -499,13 +506,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   // wgmma when one is in flight past a branch, or when two places issue an item's first S);
   // returns false at the end, where that S is of whatever stage n holds and is dropped.
   auto begin_item = [&](int round) {
-    // The slot first: the setup runs while Q may still be landing. Lane 0's view of the end:
-    // ptxas then knows the branch is warp-uniform.
+    // The slot first: the setup runs while Q may still be landing.
     const int b = q_buffer(round);
     mbarrier::wait(&slot_full[b], q_parity(round));
-    const bool valid = __shfl_sync(0xffffffffu, slots[b].valid, 0);
+    const ItemSlot item = read_slot(slots[b], lane);
+    const bool valid = item.valid;
     own_begin = own_end = tail = 0;
-    w = slots[b].work;  // on every path, so that the consumers' w never holds the first block_work's
+    w = item.work;  // on every path, so that the consumers' w never holds the first block_work's
     q_tile = shared + b * Layout::kQBytes + group * Layout::kGroupQBytes;
     q_desc = q_desc_first + uint32_t(b * (Layout::kQBytes / 16));
     q_empty_now = &q_empty[b];
@@ -706,12 +713,6 @@ cudaError_t launch(const KernelParams& kp, int tail_limit, dim3 grid, cudaStream
                  encode_map<T>(maps.q, kp.q, kp.head_dim, kp.num_heads, kp.q_token_stride, kp.q_head_stride, kGroupRows) &&
                  encode_map<T>(maps.k, kp.k, kp.head_dim, kp.num_kv_heads, kp.k_token_stride, kp.k_head_stride, Keys) &&
                  encode_map<T>(maps.v, kp.v, kp.head_dim, kp.num_kv_heads, kp.v_token_stride, kp.v_head_stride, Keys);
-  // EXPERIMENT knob for the A/B of NOTES CUDA 26: VISATTN_CUDA_SM90_PREFETCH=0 turns it off.
-  static const bool prefetch = [] {
-    const char* set = std::getenv("VISATTN_CUDA_SM90_PREFETCH");
-    return !(set && std::strcmp(set, "0") == 0);
-  }();
-  maps.prefetch = maps.enabled && prefetch;
   static std::atomic<bool> told{false};  // said once: the call still runs, on cp.async copies
   if (tma && !maps.enabled && !told.exchange(true)) {
     std::fprintf(stderr, "visattn: the driver encoded no TMA tensor map for a call "

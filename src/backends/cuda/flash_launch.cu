@@ -125,9 +125,8 @@ cudaError_t launch_flash_forward(Kernel kernel, const KernelParams& params, bool
                                  int64_t max_seqlen, dim3 grid, cudaStream_t stream) {
 #if VISATTN_WITH_SM90A
   if (kernel != Kernel::sm80) {
-    static const bool base = std::getenv("VISATTN_CUDA_SM90_BASE") != nullptr;  // EXPERIMENT: the A/B's base
-    return (base ? launch_flash_forward_sm90_base : launch_flash_forward_sm90)(
-        params, bf16, head_dim_pad, kernel == Kernel::sm90_wide_keys, sm90_tail_limit(), grid, stream);
+    return launch_flash_forward_sm90(params, bf16, head_dim_pad, kernel == Kernel::sm90_wide_keys, sm90_tail_limit(),
+                                     grid, stream);
   }
 #endif
   if (kernel != Kernel::sm80) return cudaErrorInvalidValue;

@@ -14,7 +14,5 @@ namespace visattn::cuda {
 // copies (params.vector_io).
 cudaError_t launch_flash_forward_sm90(const KernelParams& params, bool bf16, int head_dim_pad, bool wide_keys,
                                       int tail_limit, dim3 grid, cudaStream_t stream);
-cudaError_t launch_flash_forward_sm90_base(const KernelParams& params, bool bf16, int head_dim_pad, bool wide_keys,
-                                           int tail_limit, dim3 grid, cudaStream_t stream);  // EXPERIMENT
 
 }  // namespace visattn::cuda

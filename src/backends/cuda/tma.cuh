@@ -21,14 +21,4 @@ __device__ inline void load_3d(void* target, const CUtensorMap* map, int c0, int
       : "memory");
 }
 
-// Where `issue` holds: the same box into L2 only (no shared memory, no barrier), so that its
-// load later finds it there. A predicate, not a branch: see store_slot in the sm90 kernel.
-__device__ inline void prefetch_3d(const CUtensorMap* map, int c0, int c1, int c2, bool issue) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%1, {%2, %3, %4}];\n}\n" ::"r"(
-          int(issue)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2)
-      : "memory");
-}
-
 }  // namespace visattn::cuda::tma
