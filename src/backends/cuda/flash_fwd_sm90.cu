@@ -185,7 +185,10 @@ struct TensorMaps {
   int enabled;
 };
 
-template <typename T, int D, int Keys>
+// QRegs: EXPERIMENT (NOTES CUDA 27, VISATTN_CUDA_SM90_EXPERIMENT=qregs): each consumer warp
+// loads its Q into registers at the item's start and releases Q's buffer at once; S is then an
+// RS wgmma (A = Q from registers), and the next item's Q loads during this one.
+template <typename T, int D, int Keys, bool QRegs>
 __global__ void __launch_bounds__(kThreads, 1)
     flash_fwd_sm90_kernel(const KernelParams p, int tail_limit, const __grid_constant__ TensorMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -378,13 +381,31 @@ __global__ void __launch_bounds__(kThreads, 1)
   // V's second 64-column atom is LBO bytes after its first: the next atom of its tile.
   const uint32_t v_desc = sm90::descriptor_low(stages + Layout::kKVBytes, kKeys * 128);
   auto stage_step = [](int n) { return uint32_t(n % kStages * (Layout::kStageBytes / 16)); };
+  // With QRegs: this warp's Q as the k16 A fragments of S (the layout of P's), from the item's
+  // Q tile; q_fragment(kk, e) is fragment kk's register e: row slot e % 2, columns 16 kk +
+  // 8 (e / 2) + 2 quad + {0, 1}.
+  uint32_t q_fragments[QRegs ? D / 16 : 1][4];
+  auto load_q_fragments = [&] {
+#pragma unroll
+    for (int kk = 0; kk < (QRegs ? D / 16 : 0); ++kk) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        q_fragments[kk][e] = *reinterpret_cast<const uint32_t*>(
+            q_tile + chunk_offset(first_row % kGroupRows + 8 * (e % 2), 2 * kk + e / 2, kGroupRows) + 4 * quad);
+      }
+    }
+  };
   auto issue_s = [&](int n) {
     const uint32_t k_n = k_desc + stage_step(n);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const int atom = kk / 4, inside = kk % 4 * 32;  // 64-column atom, bytes into its 128-byte rows
-      sm90::Wgmma<T, kKeys>::ss(s, q_desc + (atom * kGroupRows * 128 + inside) / 16,
-                                k_n + (atom * kKeys * 128 + inside) / 16, kk > 0);
+      const uint32_t k_kk = k_n + (atom * kKeys * 128 + inside) / 16;
+      if constexpr (QRegs) {
+        sm90::Wgmma<T, kKeys>::rs(s, q_fragments[kk], k_kk, kk > 0);
+      } else {
+        sm90::Wgmma<T, kKeys>::ss(s, q_desc + (atom * kGroupRows * 128 + inside) / 16, k_kk, kk > 0);
+      }
     }
     sm90::wgmma_commit();
   };
@@ -457,7 +478,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
 #pragma unroll
-      for (int j = 0; j < D / 8; ++j) q[h][j] = pair(q_tile, first_row % kGroupRows + 8 * h, j, kGroupRows);
+      for (int j = 0; j < D / 8; ++j) {
+        if constexpr (QRegs) {
+          q[h][j] = unpack2<T>(q_fragments[j / 2][h + 2 * (j % 2)]);  // Q's buffer may hold the next item's
+        } else {
+          q[h][j] = pair(q_tile, first_row % kGroupRows + 8 * h, j, kGroupRows);
+        }
+      }
     }
 #pragma unroll 1
     for (int t = 0; t < keys; ++t) {
@@ -534,6 +561,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int j = 0; j < own_begin; ++j) pass_block(n + j);
       // Every warp waits for the item's Q, so that its "empty" arrival cannot run ahead of it.
       mbarrier::wait(&q_full[b], q_parity(round));
+      if constexpr (QRegs) load_q_fragments(), release(q_empty_now);
       // A warpgroup without rows in the tile (own_begin = own_end = 0) computes S of block 0
       // and drops it.
       wait_k(n + own_begin);
@@ -627,7 +655,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         pack_p();
       }
-      if (!tail) release(q_empty_now);  // every S of the item is done: the producer may load the next Q
+      if (!QRegs && !tail) release(q_empty_now);  // every S of the item is done: the producer may load the next Q
       wait_v(n + full_end - 1);
       sm90::fence_async_shared();
       turn_begin();
@@ -641,14 +669,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (tail) {
         empty_turn();  // the tail block's turn, taken at once: the other warpgroup need not wait
         tail_update(n + full_end, w.key_begin + full_end * kKeys, tail);
-        release(q_empty_now);
+        if constexpr (!QRegs) release(q_empty_now);
       }
     } else {  // block 0's S was dropped: its turn is taken, its K and V are released
       clear_o();
       release_k(n);
       wait_v(n);
       release_v(n);
-      release(q_empty_now);
+      if constexpr (!QRegs) release(q_empty_now);
       empty_turn();
     }
     for (int j = max(own_end, own_begin + 1); j < blocks; ++j) pass_block(n + j);
@@ -701,7 +729,15 @@ bool encode_map(CUtensorMap& map, const void* base, int head_dim, int heads, int
 // bucket, so no more blocks than it.
 template <typename T, int D, int Keys>
 cudaError_t launch(const KernelParams& kp, int tail_limit, dim3 grid, cudaStream_t stream) {
-  auto kernel = flash_fwd_sm90_kernel<T, D, Keys>;
+  static const bool q_registers = [] {  // EXPERIMENT (NOTES CUDA 27)
+    const char* set = std::getenv("VISATTN_CUDA_SM90_EXPERIMENT");
+    return set && std::strcmp(set, "qregs") == 0;
+  }();
+  auto kernel = flash_fwd_sm90_kernel<T, D, Keys, false>;
+  // Not where the consumers hold 232 registers: there ptxas spills and serializes the wgmmas.
+  if constexpr (!Registers<D, Keys>::kSpillsAt24) {
+    if (q_registers) kernel = flash_fwd_sm90_kernel<T, D, Keys, true>;
+  }
   // Whole Q tiles and K/V blocks by TMA (NOTES CUDA 23); test knob: VISATTN_CUDA_SM90_TMA=0
   // copies everything with cp.async, as partial tiles always are.
   static const bool tma = [] {
