@@ -267,8 +267,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     };
     // Round r's Q buffer and slot, once the consumers are done with their last item (q_empty of
-    // round r - kQBuffers). Thread 0 writes the slot and arrives on slot_full (a release: the
-    // consumers see the slot when they see the phase complete).
+    // round r - kQBuffers). Thread 0 writes the slot; every producer thread arrives on
+    // slot_full, thread 0's arrival releasing its stores to the consumers that wait for it.
     auto claim_q_buffer = [&](int round, bool valid) {
       const int b = q_buffer(round);
       if (round >= kQBuffers) mbarrier::wait(&q_empty[b], q_parity(round) ^ 1);
@@ -382,8 +382,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t v_desc = sm90::descriptor_low(stages + Layout::kKVBytes, kKeys * 128);
   auto stage_step = [](int n) { return uint32_t(n % kStages * (Layout::kStageBytes / 16)); };
   // With QRegs: this warp's Q as the k16 A fragments of S (the layout of P's), from the item's
-  // Q tile; q_fragment(kk, e) is fragment kk's register e: row slot e % 2, columns 16 kk +
-  // 8 (e / 2) + 2 quad + {0, 1}.
+  // Q tile; q_fragments[kk][e]: row slot e % 2, columns 16 kk + 8 (e / 2) + 2 quad + {0, 1}.
   uint32_t q_fragments[QRegs ? D / 16 : 1][4];
   auto load_q_fragments = [&] {
 #pragma unroll
