@@ -46,7 +46,8 @@ std::string misaligned(const char* name, const void* data, int64_t token_stride,
 }
 
 // The image length of a call that may run on dense plans (dense_batch.h): a uniform batch that
-// was not prepared, in token-major layouts; 0 for every other call.
+// was not prepared, in token-major layouts, of a length still admitted to dense plans; 0 for
+// every other call.
 int64_t dense_length(const AttentionParams& p) {
   if (p.prepared || dense_length_limit() == 0) return 0;
   const int64_t length = uniform_length(std::span<const int32_t>(p.cu_seqlens, size_t(p.num_images + 1)));
@@ -56,7 +57,7 @@ int64_t dense_length(const AttentionParams& p) {
                        token_major(p.v_token_stride, p.v_head_stride, p.num_kv_heads, length) &&
                        token_major(p.out_token_stride, p.out_head_stride, p.num_heads, length) &&
                        (!p.lse || token_major(p.lse_token_stride, p.lse_head_stride, p.num_heads, length));
-  return layouts ? length : 0;
+  return layouts && dense_length_admitted(length) ? length : 0;
 }
 
 // The call on dense plans, one call per power of two of images. False, with nothing run, where

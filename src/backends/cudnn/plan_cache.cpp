@@ -300,6 +300,12 @@ bool dense_plan_available(const PlanKey& key) {
   return built;
 }
 
+bool dense_length_admitted(int64_t length) {
+  State& s = state();
+  const std::lock_guard<std::mutex> lock(s.mutex);
+  return s.dense_lengths.contains(length) || int64_t(s.dense_lengths.size()) < dense_length_limit();
+}
+
 void run_plan(const PlanKey& key, const CallTensors& t, CUstream_st* stream, bool capturing,
               const std::function<void()>& before_execute) {
   State& s = state();

@@ -41,6 +41,11 @@ void run_plan(const PlanKey& key, const CallTensors& tensors, CUstream_st* strea
 // capturing.
 bool dense_plan_available(const PlanKey& key);
 
+// Whether a call of this image length may still get dense plans: its length has them already,
+// or fewer than dense_length_limit() lengths do. auto asks before it weighs dense plans against
+// the cuda kernel, so that a length past the limit is weighed as the ragged call it will run.
+bool dense_length_admitted(int64_t length);
+
 // Plans built so far in this process (failed builds not counted).
 int64_t plans_built();
 
