@@ -54,9 +54,10 @@ build/visattn info | tee -a "$OUT/summary.txt"
 if [ -n "${SANITIZER_ONLY:-}" ]; then
   for forced in "" "VISATTN_CUDA_SM90=1 VISATTN_CUDA_SM90_GRID=7"; do
     for tool in memcheck racecheck; do
+      log_file="$LOGS/sanitizer_${tool}_$([ -n "$forced" ] && echo forced || echo default).log"
       env $forced compute-sanitizer --tool $tool --error-exitcode 9 build/visattn check --backend cuda --cases 12 --seed 3 \
-        > "$LOGS/sanitizer_$tool.log" 2>&1
-      echo "$tool ${forced:-default} rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/sanitizer_$tool.log" | tail -1)" | tee -a "$OUT/summary.txt"
+        > "$log_file" 2>&1
+      echo "$tool ${forced:-default} rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log_file" | tail -1)" | tee -a "$OUT/summary.txt"
     done
   done
   VISATTN_CUDA_SM90=1 VISATTN_CUDA_SM90_GRID=7 timeout 120 build/visattn check --backend cuda --cases 100 --seed 9 \
