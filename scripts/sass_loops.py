@@ -10,7 +10,10 @@ NOTES.md CUDA entry 11: 809 instructions per 64 keys before, ~470 after). Also t
 compiler's own stall counts (each instruction's control bits) hold a warp for, summed over the
 loop body (every path, taken or not) and over the instructions right after a MUFU: a warp's
 issue pacing before any wait on memory, barriers or the tensor cores (entry 16: each
-exponential paced at 8 cycles). Where the build
+exponential paced at 8 cycles). For a warp-specialized kernel (a USETMAXREG.DEALLOC splits off
+its producer) also the producer's R2UR moves and BRA.U.ANY loops, which grow when ptxas keeps
+its shared-memory addresses in per-thread registers (entry 25: 9 -> 33 R2UR, each TMA issue
+behind them), and the whole kernel's local-memory (spill) instructions. Where the build
 machine has no cuobjdump, the CUDA wheels carry one: `pip download nvidia-cuda-cuobjdump
 nvidia-cuda-nvdisasm` and unzip them (cuobjdump runs nvdisasm from PATH).
 """
@@ -88,6 +91,12 @@ def main():
         after_mufu = sum(loop[k + 1][2] for k in range(len(loop) - 1) if opcode(loop[k][1]).startswith("MUFU"))
         print(f"{name}\n  loop: {len(loop)} instructions, {mmas} MMA ({common})\n"
               f"  stall counts (every path of the loop body): {stalls} cycles, {after_mufu} on the instructions after a MUFU")
+        split = next((k for k, (_, t, _) in enumerate(body) if opcode(t).startswith("USETMAXREG.DEALLOC")), None)
+        spills = sum(opcode(t).startswith(("LDL", "STL")) for _, t, _ in body)
+        if split is not None:
+            producer = [opcode(t) for _, t, _ in body[split:]]
+            print(f"  producer: {len(producer)} instructions, {producer.count('R2UR')} R2UR, "
+                  f"{sum(op.startswith('BRA.U.ANY') for op in producer)} BRA.U.ANY; local memory: {spills} LDL/STL")
     if not found:
         sys.exit(f"no kernel matching {args.kernel!r} has a loop with tensor-core instructions")
 
