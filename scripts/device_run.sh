@@ -51,14 +51,19 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DVISATTN_CUDA_ARCHITECT
   cmake --build build -j "$(nproc)" ${SANITIZER_ONLY:+--target visattn_cli} >> "$LOGS/build.log" 2>&1 || { tail -30 "$LOGS/build.log"; exit 1; }
 build/visattn info | tee -a "$OUT/summary.txt"
 
+# sanitize_cuda TOOL LABEL [VAR=value...]: compute-sanitizer's TOOL on 12 check cases of the cuda
+# backend with those settings; its summary line into the summary.
+sanitize_cuda() {
+  local tool=$1 label=$2; shift 2
+  env "$@" compute-sanitizer --tool "$tool" --error-exitcode 9 build/visattn check --backend cuda --cases 12 --seed 3 \
+    > "$LOGS/sanitizer_${tool}_$label.log" 2>&1
+  echo "$tool $label rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/sanitizer_${tool}_$label.log" | tail -1)" | tee -a "$OUT/summary.txt"
+}
+
 if [ -n "${SANITIZER_ONLY:-}" ]; then
-  for forced in "" "VISATTN_CUDA_SM90=1 VISATTN_CUDA_SM90_GRID=7"; do
-    for tool in memcheck racecheck; do
-      log_file="$LOGS/sanitizer_${tool}_$([ -n "$forced" ] && echo forced || echo default).log"
-      env $forced compute-sanitizer --tool $tool --error-exitcode 9 build/visattn check --backend cuda --cases 12 --seed 3 \
-        > "$log_file" 2>&1
-      echo "$tool ${forced:-default} rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log_file" | tail -1)" | tee -a "$OUT/summary.txt"
-    done
+  for tool in memcheck racecheck; do
+    sanitize_cuda $tool default
+    sanitize_cuda $tool forced VISATTN_CUDA_SM90=1 VISATTN_CUDA_SM90_GRID=7
   done
   VISATTN_CUDA_SM90=1 VISATTN_CUDA_SM90_GRID=7 timeout 120 build/visattn check --backend cuda --cases 100 --seed 9 \
     > "$LOGS/check_forced.log" 2>&1; check_summary "$LOGS/check_forced.log" 1
@@ -113,10 +118,7 @@ grep -E "^[a-z_0-9]+ cuda|FAILED|PASSED" "$LOGS/layer_tests.log" | head -16 | te
 
 if [ -z "${QUICK:-}${SKIP_SANITIZER:-}" ]; then
 log "compute-sanitizer (memcheck, racecheck) on a reduced suite"
-for tool in memcheck racecheck; do
-  compute-sanitizer --tool $tool --error-exitcode 9 build/visattn check --backend cuda --cases 12 --seed 3 \
-    > "$LOGS/sanitizer_$tool.log" 2>&1; echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/sanitizer_$tool.log" | tail -1)" | tee -a "$OUT/summary.txt"
-done
+for tool in memcheck racecheck; do sanitize_cuda $tool default; done
 # cudnn: does a ragged call read or write past an image (the last one, at the tensor's end)?
 compute-sanitizer --tool memcheck --error-exitcode 9 build/visattn check --backend cudnn --cases 12 --seed 3 \
   > "$LOGS/sanitizer_memcheck_cudnn.log" 2>&1; echo "memcheck cudnn rc=$? $(grep -E 'ERROR SUMMARY' "$LOGS/sanitizer_memcheck_cudnn.log" | tail -1)" | tee -a "$OUT/summary.txt"

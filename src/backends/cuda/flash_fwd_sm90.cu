@@ -272,9 +272,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto claim_q_buffer = [&](int round, bool valid) {
       const int b = q_buffer(round);
       if (round >= kQBuffers) mbarrier::wait(&q_empty[b], q_parity(round) ^ 1);
-      ItemSlot item{w, valid};
-      item.work.kv_head = 0;  // the consumers need no K/V head: one register less to hold
-      store_slot(&slots[b], item, thread == 0);
+      store_slot(&slots[b], ItemSlot{w, valid}, thread == 0);
       mbarrier::arrive(&slot_full[b]);
     };
     int n = 0;
