@@ -60,13 +60,25 @@ sanitize_cuda() {
   echo "$tool $label rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/sanitizer_${tool}_$label.log" | tail -1)" | tee -a "$OUT/summary.txt"
 }
 
+# forced_check [VAR=value,...]: the sm90 kernel forced onto every batch on 7 blocks (each block
+# walks many items) and checked with those settings (100 cases).
+forced_check() {
+  log "check, sm90 forced on 7 blocks (${1:-default})"
+  env VISATTN_CUDA_SM90=1 VISATTN_CUDA_SM90_GRID=7 ${1//,/ } timeout 120 build/visattn check --backend cuda \
+    --cases 100 --seed 9 > "$LOGS/check_forced.log" 2>&1; check_summary "$LOGS/check_forced.log" 1
+}
+
+# With SANITIZER_ONLY, SANITIZER_SETTINGS="VAR=value[,VAR=value] ..." adds both tools on the
+# forced kernel with each setting (an experiment's knob), and FORCED_CHECKS (below) runs too.
 if [ -n "${SANITIZER_ONLY:-}" ]; then
   for tool in memcheck racecheck; do
     sanitize_cuda $tool default
     sanitize_cuda $tool forced VISATTN_CUDA_SM90=1 VISATTN_CUDA_SM90_GRID=7
+    n=0; for settings in ${SANITIZER_SETTINGS:-}; do
+      n=$((n + 1)); sanitize_cuda $tool forced$n VISATTN_CUDA_SM90=1 VISATTN_CUDA_SM90_GRID=7 ${settings//,/ }
+    done
   done
-  VISATTN_CUDA_SM90=1 VISATTN_CUDA_SM90_GRID=7 timeout 120 build/visattn check --backend cuda --cases 100 --seed 9 \
-    > "$LOGS/check_forced.log" 2>&1; check_summary "$LOGS/check_forced.log" 1
+  for settings in "" ${FORCED_CHECKS:-}; do forced_check "$settings"; done
   exit 0
 fi
 
@@ -147,13 +159,8 @@ else
   python_install
 fi
 
-# FORCED_CHECKS="VAR=value[,VAR=value] ...": before the variants, the sm90 kernel forced onto
-# every batch on 7 blocks (each block walks many items) and checked with each setting (100 cases).
-for settings in ${FORCED_CHECKS:-}; do
-  log "check, sm90 forced on 7 blocks ($settings)"
-  env VISATTN_CUDA_SM90=1 VISATTN_CUDA_SM90_GRID=7 ${settings//,/ } timeout 120 build/visattn check --backend cuda \
-    --cases 100 --seed 9 > "$LOGS/check_forced.log" 2>&1; check_summary "$LOGS/check_forced.log" 1
-done
+# FORCED_CHECKS="VAR=value[,VAR=value] ...": before the variants, forced_check with each setting.
+for settings in ${FORCED_CHECKS:-}; do forced_check "$settings"; done
 
 # VARIANTS="name:VAR=value[,VAR=value] ...": kernel variants picked by environment variables,
 # each checked (100 cases) and benched into bench_<name>.json (backends VARIANT_BACKENDS,
