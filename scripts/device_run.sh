@@ -70,10 +70,15 @@ forced_check() {
 
 # With SANITIZER_ONLY, SANITIZER_SETTINGS="VAR=value[,VAR=value] ..." adds both tools on the
 # forced kernel with each setting (an experiment's knob), and FORCED_CHECKS (below) runs too.
+# sanitize_cuda_both TOOL: on the default cuda path and on the sm90 kernel forced onto 7 blocks
+# (racecheck found the Q-in-registers hazard only there).
+sanitize_cuda_both() {
+  sanitize_cuda "$1" default
+  sanitize_cuda "$1" forced VISATTN_CUDA_SM90=1 VISATTN_CUDA_SM90_GRID=7
+}
 if [ -n "${SANITIZER_ONLY:-}" ]; then
   for tool in memcheck racecheck; do
-    sanitize_cuda $tool default
-    sanitize_cuda $tool forced VISATTN_CUDA_SM90=1 VISATTN_CUDA_SM90_GRID=7
+    sanitize_cuda_both $tool
     n=0; for settings in ${SANITIZER_SETTINGS:-}; do
       n=$((n + 1)); sanitize_cuda $tool forced$n VISATTN_CUDA_SM90=1 VISATTN_CUDA_SM90_GRID=7 ${settings//,/ }
     done
@@ -130,7 +135,7 @@ grep -E "^[a-z_0-9]+ cuda|FAILED|PASSED" "$LOGS/layer_tests.log" | head -16 | te
 
 if [ -z "${QUICK:-}${SKIP_SANITIZER:-}" ]; then
 log "compute-sanitizer (memcheck, racecheck) on a reduced suite"
-for tool in memcheck racecheck; do sanitize_cuda $tool default; done
+for tool in memcheck racecheck; do sanitize_cuda_both $tool; done
 # cudnn: does a ragged call read or write past an image (the last one, at the tensor's end)?
 compute-sanitizer --tool memcheck --error-exitcode 9 build/visattn check --backend cudnn --cases 12 --seed 3 \
   > "$LOGS/sanitizer_memcheck_cudnn.log" 2>&1; echo "memcheck cudnn rc=$? $(grep -E 'ERROR SUMMARY' "$LOGS/sanitizer_memcheck_cudnn.log" | tail -1)" | tee -a "$OUT/summary.txt"

@@ -10,7 +10,8 @@
 //     a pair too (two Q buffers at head dim 64, where they fit). The producer alone walks the
 //     schedule: it hands each item to the consumers in a slot of shared memory;
 //   - two consumer warpgroups own 64 query rows each and share every K/V stage. Each issues
-//     S = Q Kᵀ of key block j (m64nKk16 wgmmas, Q and K in shared memory) and then O += P V of
+//     S = Q Kᵀ of key block j (m64nKk16 wgmmas, K in shared memory, Q too or, where Q has one
+//     buffer, in registers: the buffer is then free for the next item's Q) and then O += P V of
 //     block j - 1 (m64nDk16, P from registers, V in shared memory, MN-major) in one issue. The
 //     two take turns issuing (ping-pong), so that one's softmax runs under the other's MMAs
 //     (ptxas waits for P V before the softmax; see the loop);
@@ -185,16 +186,19 @@ struct TensorMaps {
   int enabled;
 };
 
-// QRegs: EXPERIMENT (NOTES CUDA 27, VISATTN_CUDA_SM90_EXPERIMENT=qregs): each consumer warp
-// loads its Q into registers at the item's start and releases Q's buffer at once; S is then an
-// RS wgmma (A = Q from registers), and the next item's Q loads during this one.
-template <typename T, int D, int Keys, bool QRegs>
+template <typename T, int D, int Keys>
 __global__ void __launch_bounds__(kThreads, 1)
     flash_fwd_sm90_kernel(const KernelParams p, int tail_limit, const __grid_constant__ TensorMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Layout = Tiles<D, Keys>;
   constexpr int kKeys = Layout::kKeys, kStages = Layout::kStages, kScores = kKeys / 2;  // S registers per thread
   using Regs = Registers<D, Keys>;
+  // Q in registers (bench/NOTES.md CUDA entry 27: siglip +7% on an H100): where Q has one
+  // buffer, each consumer warp loads its rows of Q into registers at the item's start and frees
+  // the buffer at once, so that the next item's Q loads during this one; S is then an RS wgmma
+  // (A from registers). Not with two Q buffers (head dim 64: the next Q loads early already;
+  // clip -1%) nor where the consumers hold 232 registers (ptxas spills and serializes the wgmmas).
+  constexpr bool kQInRegisters = Layout::kQBuffers == 1 && !Regs::kSpillsAt24;
   // A consumer releases K of a block after that block's softmax, not before: ptxas then runs
   // the maxima under P V of the block before (at 192 keys: large4 +2%, the other head dim 80
   // workloads within noise; bench/NOTES.md CUDA entry 19). At 176 keys (head dim 128) the
@@ -222,7 +226,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     for (int b = 0; b < kQBuffers; ++b) {
       mbarrier::init(&q_full[b], kProducerThreads);
-      mbarrier::init(&q_empty[b], 4 * kConsumers);
+      mbarrier::init(&q_empty[b], kQInRegisters ? kConsumerThreads : 4 * kConsumers);  // see begin_item
       mbarrier::init(&slot_full[b], kProducerThreads);
     }
     for (int s = 0; s < kStages; ++s) {
@@ -379,12 +383,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   // V's second 64-column atom is LBO bytes after its first: the next atom of its tile.
   const uint32_t v_desc = sm90::descriptor_low(stages + Layout::kKVBytes, kKeys * 128);
   auto stage_step = [](int n) { return uint32_t(n % kStages * (Layout::kStageBytes / 16)); };
-  // With QRegs: this warp's Q as the k16 A fragments of S (the layout of P's), from the item's
+  // With Q in registers: this warp's Q as the k16 A fragments of S (the layout of P's), from the item's
   // Q tile; q_fragments[kk][e]: row slot e % 2, columns 16 kk + 8 (e / 2) + 2 quad + {0, 1}.
-  uint32_t q_fragments[QRegs ? D / 16 : 1][4];
+  uint32_t q_fragments[kQInRegisters ? D / 16 : 1][4];
   auto load_q_fragments = [&] {
 #pragma unroll
-    for (int kk = 0; kk < (QRegs ? D / 16 : 0); ++kk) {
+    for (int kk = 0; kk < (kQInRegisters ? D / 16 : 0); ++kk) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         q_fragments[kk][e] = *reinterpret_cast<const uint32_t*>(
@@ -398,7 +402,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int kk = 0; kk < D / 16; ++kk) {
       const int atom = kk / 4, inside = kk % 4 * 32;  // 64-column atom, bytes into its 128-byte rows
       const uint32_t k_kk = k_n + (atom * kKeys * 128 + inside) / 16;
-      if constexpr (QRegs) {
+      if constexpr (kQInRegisters) {
         sm90::Wgmma<T, kKeys>::rs(s, q_fragments[kk], k_kk, kk > 0);
       } else {
         sm90::Wgmma<T, kKeys>::ss(s, q_desc + (atom * kGroupRows * 128 + inside) / 16, k_kk, kk > 0);
@@ -476,7 +480,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int h = 0; h < 2; ++h) {
 #pragma unroll
       for (int j = 0; j < D / 8; ++j) {
-        if constexpr (QRegs) {
+        if constexpr (kQInRegisters) {
           q[h][j] = unpack2<T>(q_fragments[j / 2][h + 2 * (j % 2)]);  // Q's buffer may hold the next item's
         } else {
           q[h][j] = pair(q_tile, first_row % kGroupRows + 8 * h, j, kGroupRows);
@@ -558,7 +562,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int j = 0; j < own_begin; ++j) pass_block(n + j);
       // Every warp waits for the item's Q, so that its "empty" arrival cannot run ahead of it.
       mbarrier::wait(&q_full[b], q_parity(round));
-      if constexpr (QRegs) load_q_fragments(), release(q_empty_now);
+      // With Q in registers every thread arrives on q_empty after its own loads (one arrival
+      // per warp after __syncwarp is ordered too, but racecheck does not follow the other lanes
+      // through it and reported the producer's next copies as hazards).
+      if constexpr (kQInRegisters) load_q_fragments(), mbarrier::arrive(q_empty_now);
       // A warpgroup without rows in the tile (own_begin = own_end = 0) computes S of block 0
       // and drops it.
       wait_k(n + own_begin);
@@ -652,7 +659,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         pack_p();
       }
-      if (!QRegs && !tail) release(q_empty_now);  // every S of the item is done: the producer may load the next Q
+      if (!kQInRegisters && !tail) release(q_empty_now);  // every S of the item is done: the producer may load the next Q
       wait_v(n + full_end - 1);
       sm90::fence_async_shared();
       turn_begin();
@@ -666,14 +673,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (tail) {
         empty_turn();  // the tail block's turn, taken at once: the other warpgroup need not wait
         tail_update(n + full_end, w.key_begin + full_end * kKeys, tail);
-        if constexpr (!QRegs) release(q_empty_now);
+        if constexpr (!kQInRegisters) release(q_empty_now);
       }
     } else {  // block 0's S was dropped: its turn is taken, its K and V are released
       clear_o();
       release_k(n);
       wait_v(n);
       release_v(n);
-      if constexpr (!QRegs) release(q_empty_now);
+      if constexpr (!kQInRegisters) release(q_empty_now);
       empty_turn();
     }
     for (int j = max(own_end, own_begin + 1); j < blocks; ++j) pass_block(n + j);
@@ -726,15 +733,7 @@ bool encode_map(CUtensorMap& map, const void* base, int head_dim, int heads, int
 // bucket, so no more blocks than it.
 template <typename T, int D, int Keys>
 cudaError_t launch(const KernelParams& kp, int tail_limit, dim3 grid, cudaStream_t stream) {
-  static const bool q_registers = [] {  // EXPERIMENT (NOTES CUDA 27)
-    const char* set = std::getenv("VISATTN_CUDA_SM90_EXPERIMENT");
-    return set && std::strcmp(set, "qregs") == 0;
-  }();
-  auto kernel = flash_fwd_sm90_kernel<T, D, Keys, false>;
-  // Not where the consumers hold 232 registers: there ptxas spills and serializes the wgmmas.
-  if constexpr (!Registers<D, Keys>::kSpillsAt24) {
-    if (q_registers) kernel = flash_fwd_sm90_kernel<T, D, Keys, true>;
-  }
+  auto kernel = flash_fwd_sm90_kernel<T, D, Keys>;
   // Whole Q tiles and K/V blocks by TMA (NOTES CUDA 23); test knob: VISATTN_CUDA_SM90_TMA=0
   // copies everything with cp.async, as partial tiles always are.
   static const bool tma = [] {
