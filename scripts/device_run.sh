@@ -179,10 +179,12 @@ for variant in ${VARIANTS:-}; do
 done
 
 # CROSSOVER=1: cuda vs cudnn on uniform batches of every image length (the table auto uses),
-# prepared (ragged plans) and eager (dense plans).
+# prepared (ragged plans) and eager (dense plans); CROSSOVER_WORKLOADS another sweep (e.g.
+# bench/crossover_d80_workloads.json: head dims 72 and 80, finer lengths).
 if [ -n "${CROSSOVER:-}" ]; then
   log "crossover: cuda vs cudnn by head dim and image length"
-  PYTHONUNBUFFERED=1 python3 bench/gpu_bench.py --workloads bench/crossover_workloads.json --backends cuda,cudnn,cudnn-eager \
+  PYTHONUNBUFFERED=1 python3 bench/gpu_bench.py --workloads "${CROSSOVER_WORKLOADS:-bench/crossover_workloads.json}" \
+    --backends cuda,cudnn,cudnn-eager \
     --json "$OUT/bench_crossover.json" 2>> "$LOGS/gpu_bench_err.log" | tee -a "$OUT/summary.txt"
 fi
 
