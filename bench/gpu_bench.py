@@ -4,9 +4,9 @@ timed in one process on the same tensors, bf16, writing bench JSON in the schema
     python3 bench/gpu_bench.py [--workloads FILE] [--json FILE] [--only NAME,...] [--backends cuda,cudnn,...]
 
 visattn backends: `cuda` (our kernel) and `cudnn` (cuDNN's ragged SDPA, one call per batch; its
-plan is built by the first, untimed call), on prepared batches; `cudnn-eager`: cudnn on a batch
-that was not prepared (a uniform one runs on dense plans, docs/cudnn.md; the others upload their
-metadata in the call); `auto-eager`: backend "auto" on a batch that was not prepared (what a
+plan is built by the first, untimed call), on prepared batches; `cuda-eager` and `cudnn-eager`:
+each on a batch that was not prepared (both upload its metadata in the call; cudnn runs a
+uniform one on dense plans, docs/cudnn.md); `auto-eager`: backend "auto" on a batch that was not prepared (what a
 plain call gets: cuda or cudnn by the measured crossovers). A backend this machine lacks is
 reported and skipped.
 
@@ -150,6 +150,7 @@ def padded(w):
 BACKENDS = [
     ("cuda", visattn_backend("cuda")),
     ("cudnn", visattn_backend("cudnn")),
+    ("cuda-eager", visattn_backend("cuda", prepared=False)),
     ("cudnn-eager", visattn_backend("cudnn", prepared=False)),
     ("auto-eager", visattn_backend("auto", prepared=False)),
     ("peer:sdpa-flash-loop", per_image(SDPBackend.FLASH_ATTENTION)),
