@@ -22,14 +22,6 @@
 // cudnn leads everywhere but at head dims 65-80 at 64 tokens (cuda's sm80 kernel) and at 2048
 // (a tie with the sm90 kernel; longer uniform images were not measured, and on qwen25vl-large4
 // the sm90 kernel leads cudnn's ragged plan by 1.3x), where cuda keeps the call.
-// At head dims 72 and 80 a finer sweep with Q in the sm90 kernel's registers (H100,
-// bench/results/h100-2026-12-06-s15-crossover-d80.json, CROSSOVER_WORKLOADS=
-// bench/crossover_d80_workloads.json), cuda / cudnn on dense plans:
-//   image length    256    384    512    640    729   1024   1536   2048
-//   head dim 72    0.91   1.03   0.92   1.04   1.15   0.91   1.10   1.02
-//   head dim 80    0.81   1.08   0.87   1.01   1.13   0.91   1.11   1.02
-// cuDNN's dense plans run 9-25% faster at the powers of two than at their neighbours; the sm90
-// kernel keeps every other length from 384 on (siglip's 729: 1.13-1.15x).
 #pragma once
 
 #include <cstdint>
@@ -54,19 +46,15 @@ bool auto_prefers_shape(int64_t tokens, int64_t images, int head_dim, RunsSm90&&
 inline constexpr int64_t kAutoMinDenseImageTokens = 64;
 // At head dims 65-80 cuda leads below this length (the sm80 kernel) ...
 inline constexpr int64_t kAutoDenseHeadDim80MinImageTokens = 128;
-// ... and where the sm90 kernel runs, from this one on at every length but powers of two, from
-// the next one on at all.
-inline constexpr int64_t kAutoDenseSm90HeadDim80ImageTokens = 384;
-inline constexpr int64_t kAutoDenseSm90HeadDim80PowerOfTwoTokens = 2048;
+// ... and from this one on where the sm90 kernel runs.
+inline constexpr int64_t kAutoDenseSm90HeadDim80ImageTokens = 2048;
 
 template <class RunsSm90>
 bool auto_prefers_dense(int64_t length, int head_dim, RunsSm90&& runs_sm90) {
   if (length < kAutoMinDenseImageTokens) return false;
   if (head_dim <= 64 || head_dim > 80) return true;
   if (length < kAutoDenseHeadDim80MinImageTokens) return false;
-  const bool power_of_two = (length & (length - 1)) == 0;
-  const int64_t sm90_from = power_of_two ? kAutoDenseSm90HeadDim80PowerOfTwoTokens : kAutoDenseSm90HeadDim80ImageTokens;
-  return !(length >= sm90_from && runs_sm90());
+  return !(length >= kAutoDenseSm90HeadDim80ImageTokens && runs_sm90());
 }
 
 }  // namespace visattn::cudnn
