@@ -74,6 +74,28 @@ def test_cuda_runs_on_the_current_stream():
 
 
 @pytest.mark.skipif(not CUDA, reason="no CUDA backend here")
+@pytest.mark.parametrize("backend", ["cuda"] + (["cudnn"] if CUDNN else []))
+def test_unprepared_calls_queue_without_mixing_their_metadata(backend):
+    # Unprepared batches upload their metadata into a ring of scratch slots without syncing: a
+    # heavy call first, then more calls than the ring has slots, each with its own lengths, on two
+    # streams, none waited for; each must match the same call run alone.
+    torch.manual_seed(5)
+    q, k, v = torch.randn(3, 16384, 16, 64, dtype=torch.bfloat16, device="cuda").unbind(0)
+    batches = [[0, 8192, 16384]] + [[0, 1 + 37 * i, 300 + 131 * i, 900 + 512 * i] for i in range(11)]
+    torch.cuda.synchronize()
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    outs = []
+    for i, cu in enumerate(batches):
+        with torch.cuda.stream(streams[i % 2]):
+            outs.append(visattn.attention(q[:cu[-1]], k[:cu[-1]], v[:cu[-1]], cu, backend=backend))
+    torch.cuda.synchronize()
+    for cu, out in zip(batches, outs):
+        expected = visattn.attention(q[:cu[-1]], k[:cu[-1]], v[:cu[-1]], cu, backend=backend)
+        torch.cuda.synchronize()
+        assert torch.equal(out, expected), cu
+
+
+@pytest.mark.skipif(not CUDA, reason="no CUDA backend here")
 def test_cuda_graph_capture_and_replay_with_new_image_sizes():
     # The cuda backend by name: "auto" chooses per call by shape (cudnn for long images when
     # eager, cuda while capturing), so a graph and an eager call under auto may differ in
