@@ -6,9 +6,9 @@ timed in one process on the same tensors, bf16, writing bench JSON in the schema
 visattn backends: `cuda` (our kernel) and `cudnn` (cuDNN's ragged SDPA, one call per batch; its
 plan is built by the first, untimed call), on prepared batches; `cuda-eager` and `cudnn-eager`:
 each on a batch that was not prepared (both upload its metadata in the call; cudnn runs a
-uniform one on dense plans, docs/cudnn.md); `auto-eager`: backend "auto" on a batch that was not prepared (what a
-plain call gets: cuda or cudnn by the measured crossovers). A backend this machine lacks is
-reported and skipped.
+uniform one on dense plans, docs/cudnn.md); `auto-eager`: backend "auto" on a batch that was
+not prepared (what a plain call gets: cuda or cudnn by the measured crossovers). A backend this
+machine lacks is reported and skipped.
 
 Peers (backend `peer:<name>`): torch SDPA per image with the flash, cuDNN and efficient
 kernels; nested jagged SDPA; torch varlen_attn (FlashAttention 2 inside PyTorch); padded SDPA

@@ -76,9 +76,10 @@ def test_cuda_runs_on_the_current_stream():
 @pytest.mark.skipif(not CUDA, reason="no CUDA backend here")
 @pytest.mark.parametrize("backend", ["cuda"] + (["cudnn"] if CUDNN else []))
 def test_unprepared_calls_queue_without_mixing_their_metadata(backend):
-    # Unprepared batches upload their metadata into a ring of scratch slots without syncing: a
-    # heavy call first, then more calls than the ring has slots, each with its own lengths, on two
-    # streams, none waited for; each must match the same call run alone.
+    # Unprepared batches share the device's scratch metadata (a ring of slots, once calls no
+    # longer sync: bench/NOTES.md CUDA 29): a heavy call first, then more calls than the ring
+    # would hold, each with its own lengths, on two streams, none waited for; each must match
+    # the same call run alone.
     torch.manual_seed(5)
     q, k, v = torch.randn(3, 16384, 16, 64, dtype=torch.bfloat16, device="cuda").unbind(0)
     batches = [[0, 8192, 16384]] + [[0, 1 + 37 * i, 300 + 131 * i, 900 + 512 * i] for i in range(11)]

@@ -383,8 +383,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   // V's second 64-column atom is LBO bytes after its first: the next atom of its tile.
   const uint32_t v_desc = sm90::descriptor_low(stages + Layout::kKVBytes, kKeys * 128);
   auto stage_step = [](int n) { return uint32_t(n % kStages * (Layout::kStageBytes / 16)); };
-  // With Q in registers: this warp's Q as the k16 A fragments of S (the layout of P's), from the item's
-  // Q tile; q_fragments[kk][e]: row slot e % 2, columns 16 kk + 8 (e / 2) + 2 quad + {0, 1}.
+  // With Q in registers: this warp's Q as the k16 A fragments of S (the layout of P's), from
+  // the item's Q tile; q_fragments[kk][e]: row slot e % 2, columns 16 kk + 8 (e / 2) + 2 quad
+  // + {0, 1}.
   uint32_t q_fragments[kQInRegisters ? D / 16 : 1][4];
   auto load_q_fragments = [&] {
 #pragma unroll
@@ -659,7 +660,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         pack_p();
       }
-      if (!kQInRegisters && !tail) release(q_empty_now);  // every S of the item is done: the producer may load the next Q
+      // Every S of the item is done: the producer may load the next Q.
+      if (!kQInRegisters && !tail) release(q_empty_now);
       wait_v(n + full_end - 1);
       sm90::fence_async_shared();
       turn_begin();
