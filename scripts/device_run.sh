@@ -51,6 +51,10 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DVISATTN_CUDA_ARCHITECT
   cmake --build build -j "$(nproc)" ${SANITIZER_ONLY:+--target visattn_cli} >> "$LOGS/build.log" 2>&1 || { tail -30 "$LOGS/build.log"; exit 1; }
 build/visattn info | tee -a "$OUT/summary.txt"
 
+# The sm90 kernel forced onto every batch on 7 blocks, so that each block walks many items
+# (phases carried across items, Q reloaded early, the snake order's turns).
+FORCED_SM90="VISATTN_CUDA_SM90=1 VISATTN_CUDA_SM90_GRID=7"
+
 # sanitize_cuda TOOL LABEL [VAR=value...]: compute-sanitizer's TOOL on 12 check cases of the cuda
 # backend with those settings; its summary line into the summary.
 sanitize_cuda() {
@@ -60,27 +64,28 @@ sanitize_cuda() {
   echo "$tool $label rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/sanitizer_${tool}_$label.log" | tail -1)" | tee -a "$OUT/summary.txt"
 }
 
-# forced_check [VAR=value,...]: the sm90 kernel forced onto every batch on 7 blocks (each block
-# walks many items) and checked with those settings (100 cases).
+# forced_check [VAR=value,...]: the forced sm90 kernel (FORCED_SM90) checked with those settings
+# (100 cases).
 forced_check() {
   log "check, sm90 forced on 7 blocks (${1:-default})"
-  env VISATTN_CUDA_SM90=1 VISATTN_CUDA_SM90_GRID=7 ${1//,/ } timeout 120 build/visattn check --backend cuda \
+  env $FORCED_SM90 ${1//,/ } timeout 120 build/visattn check --backend cuda \
     --cases 100 --seed 9 > "$LOGS/check_forced.log" 2>&1; check_summary "$LOGS/check_forced.log" 1
+}
+
+# sanitize_cuda_both TOOL: on the default cuda path and on the forced sm90 kernel (racecheck
+# found the Q-in-registers hazard only there).
+sanitize_cuda_both() {
+  sanitize_cuda "$1" default
+  sanitize_cuda "$1" forced $FORCED_SM90
 }
 
 # With SANITIZER_ONLY, SANITIZER_SETTINGS="VAR=value[,VAR=value] ..." adds both tools on the
 # forced kernel with each setting (an experiment's knob), and FORCED_CHECKS (below) runs too.
-# sanitize_cuda_both TOOL: on the default cuda path and on the sm90 kernel forced onto 7 blocks
-# (racecheck found the Q-in-registers hazard only there).
-sanitize_cuda_both() {
-  sanitize_cuda "$1" default
-  sanitize_cuda "$1" forced VISATTN_CUDA_SM90=1 VISATTN_CUDA_SM90_GRID=7
-}
 if [ -n "${SANITIZER_ONLY:-}" ]; then
   for tool in memcheck racecheck; do
     sanitize_cuda_both $tool
     n=0; for settings in ${SANITIZER_SETTINGS:-}; do
-      n=$((n + 1)); sanitize_cuda $tool forced$n VISATTN_CUDA_SM90=1 VISATTN_CUDA_SM90_GRID=7 ${settings//,/ }
+      n=$((n + 1)); sanitize_cuda $tool forced$n $FORCED_SM90 ${settings//,/ }
     done
   done
   for settings in "" ${FORCED_CHECKS:-}; do forced_check "$settings"; done
@@ -114,7 +119,7 @@ log "check cuda, the sm90 (wgmma) kernel on every batch (VISATTN_CUDA_SM90=1) on
 for keys in 128 wide tail copies; do
   setting=$(case $keys in tail) echo VISATTN_CUDA_SM90_TAIL=100 ;; copies) echo VISATTN_CUDA_SM90_TMA=0 ;; esac)
   block=$(case $keys in 128) echo 128 ;; *) echo wide ;; esac)
-  env VISATTN_CUDA_SM90=1 VISATTN_CUDA_SM90_GRID=7 VISATTN_CUDA_SM90_KEYS=$block $setting \
+  env $FORCED_SM90 VISATTN_CUDA_SM90_KEYS=$block $setting \
     timeout 300 build/visattn check --backend cuda --cases 200 --seed 9 > "$LOGS/check_cuda_sm90_$keys.log" 2>&1
   echo "rc=$?" >> "$LOGS/check_cuda_sm90_$keys.log"; echo "keys $keys:" | tee -a "$OUT/summary.txt"; check_summary "$LOGS/check_cuda_sm90_$keys.log" 2
 done
