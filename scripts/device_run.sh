@@ -59,7 +59,7 @@ FORCED_SM90="VISATTN_CUDA_SM90=1 VISATTN_CUDA_SM90_GRID=7"
 # backend with those settings; its summary line into the summary.
 sanitize_cuda() {
   local tool=$1 label=$2; shift 2
-  env "$@" compute-sanitizer --tool "$tool" --error-exitcode 9 build/visattn check --backend cuda --cases 12 --seed 3 \
+  env "$@" timeout 200 compute-sanitizer --tool "$tool" --error-exitcode 9 build/visattn check --backend cuda --cases 12 --seed 3 \
     > "$LOGS/sanitizer_${tool}_$label.log" 2>&1
   echo "$tool $label rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/sanitizer_${tool}_$label.log" | tail -1)" | tee -a "$OUT/summary.txt"
 }
@@ -100,12 +100,12 @@ python_install() {
 if [ -z "${VARIANTS_ONLY:-}" ]; then
 if [ -z "${QUICK:-}" ]; then
 log "ctest"
-(cd build && ctest -j "$(nproc)" --output-on-failure > "$LOGS/ctest.log" 2>&1); tail -3 "$LOGS/ctest.log" | tee -a "$OUT/summary.txt"
+(cd build && ctest -j "$(nproc)" --timeout 300 --output-on-failure > "$LOGS/ctest.log" 2>&1); tail -3 "$LOGS/ctest.log" | tee -a "$OUT/summary.txt"
 
 fi
 
 log "check cuda"
-build/visattn check --backend cuda --cases "$([ -n "${QUICK:-}" ] && echo 100 || echo 500)" > "$LOGS/check_cuda.log" 2>&1; check_summary "$LOGS/check_cuda.log" 4
+timeout 300 build/visattn check --backend cuda --cases "$([ -n "${QUICK:-}" ] && echo 100 || echo 500)" > "$LOGS/check_cuda.log" 2>&1; check_summary "$LOGS/check_cuda.log" 4
 
 log "check cuda, the sm80 kernel alone (VISATTN_CUDA_SM90=0)"
 VISATTN_CUDA_SM90=0 build/visattn check --backend cuda --cases 200 --seed 5 > "$LOGS/check_cuda_sm80.log" 2>&1; check_summary "$LOGS/check_cuda_sm80.log" 1
@@ -152,7 +152,7 @@ fi
 log "python"
 python_install
 # -s: the layer tests print their errors beside transformers' (issue 7's comparisons).
-[ -n "${QUICK:-}" ] || { python3 -m pytest -q -s python/tests > "$LOGS/pytest.log" 2>&1;
+[ -n "${QUICK:-}" ] || { timeout 300 python3 -m pytest -q -s python/tests > "$LOGS/pytest.log" 2>&1;
   grep -E "visattn error" "$LOGS/pytest.log" | head -12 | tee -a "$OUT/summary.txt"; tail -3 "$LOGS/pytest.log" | tee -a "$OUT/summary.txt"; }
 
 if [ -z "${SKIP_GPU_BENCH:-}" ]; then

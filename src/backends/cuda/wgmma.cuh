@@ -118,7 +118,7 @@ struct Wgmma;
                  : "r"(desc_a), "r"(desc_b), "r"(accumulate), "n"(kDescriptorHigh));                            \
   }
 
-// EXPERIMENT (NOTES CUDA 27): d (+)= A Bᵀ, A [64 x 16] in registers (mma.sync A-fragment layout: Q), B [128 x 16] K-major.
+// d (+)= A Bᵀ, A [64 x 16] in registers (mma.sync A-fragment layout: Q; NOTES CUDA 27), B [128 x 16] K-major.
 #define VISATTN_WGMMA_RS_K_N128(TY)                                                              \
   __device__ static void rs(float (&d)[64], const uint32_t (&a)[4], uint32_t desc_b, int accumulate) { \
     asm volatile("{\n.reg .pred p;\n.reg .b64 db;\nmov.b64 db, {%68, %70};\nsetp.ne.b32 p, %69, 0;\n"                                 \
@@ -127,7 +127,7 @@ struct Wgmma;
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc_b), "r"(accumulate), "n"(kDescriptorHigh));   \
   }
 
-// EXPERIMENT: the same with 176 keys.
+// The same with 176 keys.
 #define VISATTN_WGMMA_RS_K_N176(TY)                                                              \
   __device__ static void rs(float (&d)[88], const uint32_t (&a)[4], uint32_t desc_b, int accumulate) { \
     asm volatile("{\n.reg .pred p;\n.reg .b64 db;\nmov.b64 db, {%92, %94};\nsetp.ne.b32 p, %93, 0;\n"                                 \
@@ -136,7 +136,7 @@ struct Wgmma;
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc_b), "r"(accumulate), "n"(kDescriptorHigh));   \
   }
 
-// EXPERIMENT: the same with 192 keys.
+// The same with 192 keys.
 #define VISATTN_WGMMA_RS_K_N192(TY)                                                              \
   __device__ static void rs(float (&d)[96], const uint32_t (&a)[4], uint32_t desc_b, int accumulate) { \
     asm volatile("{\n.reg .pred p;\n.reg .b64 db;\nmov.b64 db, {%100, %102};\nsetp.ne.b32 p, %101, 0;\n"                                 \
