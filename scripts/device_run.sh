@@ -4,7 +4,7 @@
 # Debian packages in .deps/ (fetched by scripts/fetch_device_deps.sh), unpacked into a prefix.
 # OpenBLAS does not travel: the bench there reports no sgemm ceiling.
 # Knobs (environment): SANITIZER_ONLY=1 (below); QUICK=1 runs 100 check cases and skips ctest, compute-sanitizer and
-# pytest (kernel iterations); SKIP_CPU_BENCH=1; SKIP_GPU_BENCH=1 (attention; the layer bench runs);
+# pytest (kernel iterations); SKIP_CPU_BENCH=1; SKIP_GPU_BENCH=1 (attention; the layer bench runs); SKIP_LAYER_BENCH=1;
 # SKIP_SANITIZER=1; PROFILE=workload[,..] (from PROFILE_WORKLOADS, a workloads file) adds an Nsight Compute
 # report of one cuda kernel launch per workload (ncu_<workload>.txt); PROFILE_SOURCE=workload[,..]
 # its stall samples per SASS instruction (logs/source_<workload>.csv); BENCH_ARGS go to bench/gpu_bench.py;
@@ -161,9 +161,11 @@ PYTHONUNBUFFERED=1 python3 bench/gpu_bench.py --workloads bench/public_workloads
   2> "$LOGS/gpu_bench_err.log" | tee -a "$OUT/summary.txt"; tail -5 "$LOGS/gpu_bench_err.log"
 fi
 
+if [ -z "${SKIP_LAYER_BENCH:-}" ]; then
 log "layer bench (VisionAttentionLayer against the same layer in eager PyTorch, bf16, one process)"
 PYTHONUNBUFFERED=1 python3 bench/layer_bench.py --workloads bench/public_workloads.json --json "$OUT/bench_layer.json" \
   2> "$LOGS/layer_bench_err.log" | tee -a "$OUT/summary.txt"; tail -5 "$LOGS/layer_bench_err.log"
+fi
 else
   log "python (variants only)"
   python_install
