@@ -3,7 +3,9 @@
 # The GPU machine reaches no package registry: CLI11, nlohmann-json and GoogleTest travel as
 # Debian packages in .deps/ (fetched by scripts/fetch_device_deps.sh), unpacked into a prefix.
 # OpenBLAS does not travel: the bench there reports no sgemm ceiling.
-# Knobs (environment): SANITIZER_ONLY=1 (below); QUICK=1 runs 100 check cases and skips ctest, compute-sanitizer and
+# Knobs (environment): SANITIZER_ONLY=1 (below); SHORT=1 for a call when device time is short (no ctest, no cudnn
+# checks, plan tests or layer tests, no layer bench, no cp.async-only forced check, the sanitizers on the forced sm90
+# kernel and cudnn's memcheck only); QUICK=1 runs 100 check cases and skips ctest, compute-sanitizer and
 # pytest (kernel iterations); SKIP_CPU_BENCH=1; SKIP_GPU_BENCH=1 (attention; the layer bench runs); SKIP_LAYER_BENCH=1;
 # SKIP_SANITIZER=1; PROFILE=workload[,..] (from PROFILE_WORKLOADS, a workloads file) adds an Nsight Compute
 # report of one cuda kernel launch per workload (ncu_<workload>.txt); PROFILE_SOURCE=workload[,..]
@@ -98,7 +100,7 @@ python_install() {
 }
 
 if [ -z "${VARIANTS_ONLY:-}" ]; then
-if [ -z "${QUICK:-}" ]; then
+if [ -z "${QUICK:-}${SHORT:-}" ]; then
 log "ctest"
 (cd build && ctest -j "$(nproc)" --timeout 300 --output-on-failure > "$LOGS/ctest.log" 2>&1); tail -3 "$LOGS/ctest.log" | tee -a "$OUT/summary.txt"
 
@@ -116,7 +118,7 @@ log "check cuda, the sm90 (wgmma) kernel on every batch (VISATTN_CUDA_SM90=1) on
 # block size on every batch, whatever the lengths would pick; then a last block of up to 100
 # keys on the CUDA cores (the tail path; by default at most 4); then every tile copied by
 # cp.async (TMA off: the path of partial tiles, and of a driver that encodes no tensor map).
-for keys in 128 wide tail copies; do
+for keys in 128 wide tail $([ -n "${SHORT:-}" ] || echo copies); do
   setting=$(case $keys in tail) echo VISATTN_CUDA_SM90_TAIL=100 ;; copies) echo VISATTN_CUDA_SM90_TMA=0 ;; esac)
   block=$(case $keys in 128) echo 128 ;; *) echo wide ;; esac)
   env $FORCED_SM90 VISATTN_CUDA_SM90_KEYS=$block $setting \
@@ -128,6 +130,7 @@ sm90_object=$(find build -name 'flash_fwd_sm90.cu.o' | head -1)
   echo "sm90 SASS: $(grep -c HGMMA "$LOGS/sm90.sass") HGMMA, $(grep -c 'WARPGROUP.DEPBAR' "$LOGS/sm90.sass") WARPGROUP.DEPBAR, $(grep -c 'SYNCS' "$LOGS/sm90.sass") SYNCS (mbarrier)" | tee -a "$OUT/summary.txt" && \
   python3 scripts/sass_loops.py "$LOGS/sm90.sass" --kernel bfloat16 --top 4 | tee -a "$OUT/summary.txt"
 
+if [ -z "${SHORT:-}" ]; then
 log "check cudnn (cases it declines are skipped with the reason; every other error fails)"
 build/visattn check --backend cudnn --cases "$([ -n "${QUICK:-}" ] && echo 100 || echo 300)" > "$LOGS/check_cudnn.log" 2>&1; check_summary "$LOGS/check_cudnn.log" 8
 
@@ -137,16 +140,21 @@ build/tests/visattn_tests --gtest_filter='Cudnn*' > "$LOGS/cudnn_tests.log" 2>&1
 log "layer on the GPU against the reference composition (issue 7)"
 build/tests/visattn_tests --gtest_filter='Cuda/LayerMatchesComposition*' > "$LOGS/layer_tests.log" 2>&1
 grep -E "^[a-z_0-9]+ cuda|FAILED|PASSED" "$LOGS/layer_tests.log" | head -16 | tee -a "$OUT/summary.txt"
+fi
 
 if [ -z "${QUICK:-}${SKIP_SANITIZER:-}" ]; then
 log "compute-sanitizer (memcheck, racecheck) on a reduced suite"
-for tool in memcheck racecheck; do sanitize_cuda_both $tool; done
+for tool in memcheck racecheck; do
+  if [ -n "${SHORT:-}" ]; then sanitize_cuda $tool forced $FORCED_SM90; else sanitize_cuda_both $tool; fi
+done
 # cudnn: does a ragged call read or write past an image (the last one, at the tensor's end)?
 compute-sanitizer --tool memcheck --error-exitcode 9 build/visattn check --backend cudnn --cases 12 --seed 3 \
   > "$LOGS/sanitizer_memcheck_cudnn.log" 2>&1; echo "memcheck cudnn rc=$? $(grep -E 'ERROR SUMMARY' "$LOGS/sanitizer_memcheck_cudnn.log" | tail -1)" | tee -a "$OUT/summary.txt"
 # the layer's own kernels (norm + rope, cuBLASLt calls, scratch) on the GPU
+if [ -z "${SHORT:-}" ]; then
 compute-sanitizer --tool memcheck --error-exitcode 9 build/tests/visattn_tests --gtest_filter='Cuda/LayerMatchesComposition*bf16*' \
   > "$LOGS/sanitizer_memcheck_layer.log" 2>&1; echo "memcheck layer rc=$? $(grep -E 'ERROR SUMMARY' "$LOGS/sanitizer_memcheck_layer.log" | tail -1)" | tee -a "$OUT/summary.txt"
+fi
 fi
 
 log "python"
@@ -161,7 +169,7 @@ PYTHONUNBUFFERED=1 python3 bench/gpu_bench.py --workloads bench/public_workloads
   2> "$LOGS/gpu_bench_err.log" | tee -a "$OUT/summary.txt"; tail -5 "$LOGS/gpu_bench_err.log"
 fi
 
-if [ -z "${SKIP_LAYER_BENCH:-}" ]; then
+if [ -z "${SKIP_LAYER_BENCH:-}${SHORT:-}" ]; then
 log "layer bench (VisionAttentionLayer against the same layer in eager PyTorch, bf16, one process)"
 PYTHONUNBUFFERED=1 python3 bench/layer_bench.py --workloads bench/public_workloads.json --json "$OUT/bench_layer.json" \
   2> "$LOGS/layer_bench_err.log" | tee -a "$OUT/summary.txt"; tail -5 "$LOGS/layer_bench_err.log"
