@@ -16,8 +16,8 @@
 //     two take turns issuing (ping-pong), so that one's softmax runs under the other's MMAs
 //     (ptxas waits for P V before the softmax; see the loop);
 //   - the producer loads the next item's Q and K/V while the consumers finish this one; the
-//     consumers issue this item's last P V with the next item's first S, in one turn, and store
-//     this one's O from registers (packed) after the next item's first softmax.
+//     consumers issue the next item's first S and then store this one's O from registers
+//     (packed), so that the stores run under that S.
 //   - Warpgroups whose rows see none of a key block (packed images, windows) let it pass.
 // Compiled for sm_90a only (its own object library in CMakeLists.txt); the host runs it on
 // compute capability 9.0 for head dims padded to 64, 80, 96 and 128 when the tensors allow
@@ -349,9 +349,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Turns: the two warpgroups take turns issuing their wgmmas (named barriers 2 and 3: a
   // warpgroup's turn begins when the other's last turn has ended), so that one's softmax runs
   // under the other's matrix work instead of both contending for the tensor cores at once.
-  // Each takes one turn per key block of every item, empty ones included (for the blocks it
-  // passes; an item's first turn also issues the last item's last P V), and one more at the
-  // schedule's end, so that the turns pair up.
+  // Each takes blocks + 1 turns per item, empty ones included (for the blocks it passes, and
+  // one more when it has none of its own), so that the turns pair up.
   auto turn_begin = [&] {  // barrier 2 + group: this warpgroup's turn
     if (group == 0) asm volatile("bar.sync 2, %0;\n" ::"n"(kConsumerThreads) : "memory");
     else asm volatile("bar.sync 3, %0;\n" ::"n"(kConsumerThreads) : "memory");
@@ -371,7 +370,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   float s[kScores];  // register 4 n + e: row slot e / 2, key kb + 8 n + 2 quad + e % 2
 #pragma unroll
   for (int i = 0; i < kScores; ++i) s[i] = 0.0f;
-  uint32_t p_now[kKeys / 16][4] = {};  // P as k16 A fragments (P V's A); zero: the first turn's P V reads it
+  uint32_t p_now[kKeys / 16][4];  // P as k16 A fragments (P V's A)
   int key_min[2], key_max[2];
   float row_max[2], row_sum[2], row_scale[2];
 
@@ -412,13 +411,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     sm90::wgmma_commit();
   };
-  // O += P V of key block n (O = P V without `accumulate`; not waited for).
-  auto issue_pv = [&](int n, bool accumulate) {
+  // O += P V of key block n (not waited for).
+  auto issue_pv = [&](int n) {
     const uint32_t v_n = v_desc + stage_step(n);
 #pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk) {
-      sm90::Wgmma<T, D>::rs_mn(o, p_now[kk], v_n + kk * 16 * 128 / 16, kk > 0 || accumulate);
-    }
+    for (int kk = 0; kk < kKeys / 16; ++kk) sm90::Wgmma<T, D>::rs_mn(o, p_now[kk], v_n + kk * 16 * 128 / 16, 1);
     sm90::wgmma_commit();
   };
   // Masks and exponentiates S of the item's key block j in place; row_scale: how much O must
@@ -471,10 +468,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // 577-token image (3 blocks of 192 and one key) costs a rank-one update here, not a fourth block of
   // wgmmas. Each quad of lanes holds its two rows' columns 8 j + 2 quad + {0, 1}: it dots them
   // with each key's (two shuffles complete the row), folds the score into the running max and
-  // sum as the softmax does, and adds the key's V row. Runs after the item's loop, where O holds
-  // every block but the last full one, whose P (packed) shrinks with O when a tail key raises a
-  // row's maximum; so the item ends with that block's P V, as items without a tail do (the
-  // next item's first turn issues it).
+  // sum as the softmax does, and adds the key's V row. Runs after the last P V: O is complete.
   auto tail_update = [&](int n, int kb, int keys) {
     wait_k(n), wait_v(n);
     const unsigned char* k_tile = stages + n % kStages * Layout::kStageBytes;
@@ -482,16 +476,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto pair = [&](const unsigned char* tile, int row, int j, int rows) {
       return unpack2<T>(*reinterpret_cast<const uint32_t*>(tile + chunk_offset(row, j, rows) + 4 * quad));
     };
-    // This thread's pair j of row slot h of Q, unpacked per key (a tail has a few keys; a whole
-    // unpacked Q would hold D / 2 registers across the loop's last turn).
-    auto q_pair = [&](int h, int j) {
-      if constexpr (kQInRegisters) {
-        return unpack2<T>(q_fragments[j / 2][h + 2 * (j % 2)]);  // Q's buffer may hold the next item's
-      } else {
-        return pair(q_tile, first_row % kGroupRows + 8 * h, j, kGroupRows);
+    float2 q[2][D / 8];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j) {
+        if constexpr (kQInRegisters) {
+          q[h][j] = unpack2<T>(q_fragments[j / 2][h + 2 * (j % 2)]);  // Q's buffer may hold the next item's
+        } else {
+          q[h][j] = pair(q_tile, first_row % kGroupRows + 8 * h, j, kGroupRows);
+        }
       }
-    };
-    float shrink[2] = {1.0f, 1.0f};  // of the last full block's P
+    }
 #pragma unroll 1
     for (int t = 0; t < keys; ++t) {
       float dot[2] = {0.0f, 0.0f};
@@ -499,10 +495,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int j = 0; j < D / 8; ++j) {
         const float2 k = pair(k_tile, t, j, kKeys);
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const float2 q = q_pair(h, j);
-          dot[h] = fmaf(q.x, k.x, fmaf(q.y, k.y, dot[h]));
-        }
+        for (int h = 0; h < 2; ++h) dot[h] = fmaf(q[h][j].x, k.x, fmaf(q[h][j].y, k.y, dot[h]));
       }
       float weight[2], scale[2];
 #pragma unroll
@@ -516,7 +509,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         weight[h] = exp2_fast(score - base);
         row_max[h] = new_max;
         row_sum[h] = row_sum[h] * scale[h] + (quad == 0 ? weight[h] : 0.0f);  // the quad's sum: one lane's
-        shrink[h] *= scale[h];
       }
 #pragma unroll
       for (int j = 0; j < D / 8; ++j) {
@@ -529,86 +521,19 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     release_k(n), release_v(n);
-    if (__any_sync(0xffffffffu, shrink[0] != 1.0f || shrink[1] != 1.0f)) {  // P of row slot e % 2
-#pragma unroll
-      for (int kk = 0; kk < kKeys / 16; ++kk) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float2 pair = unpack2<T>(p_now[kk][e]);
-          p_now[kk][e] = pack2<T>(pair.x * shrink[e % 2], pair.y * shrink[e % 2]);
-        }
-      }
-    }
   };
 
-  // Items are pipelined (bench/NOTES.md CUDA entry 30): an item ends with its last full block's
-  // P packed and that block's P V not yet issued (pending); the next item's first turn issues it
-  // beside that item's first S, and the next item's first softmax may run while it does. Its V
-  // stage is held meanwhile, so a warpgroup that must first pass blocks it does not see issues
-  // it at the item's end instead (flushed; see there). Blocks before a warpgroup's own are
-  // none: its first row is at most 64 tokens past the tile's first (windows) or past its
-  // packed images' first (packs hold at most a tile of tokens), less than a key block.
-  static_assert(kKeys >= kGroupRows, "a warpgroup's own blocks start at the item's first");
-  int n = 0;  // key blocks of earlier items (this item's first is n; reduced once nothing older is held)
+  // Begins item w (of `round`): its rows' keys and own blocks; waits for its Q, passes the
+  // blocks before its own and issues S of its first own block (not waited for). Called before
+  // the last item's output is stored, so that this S runs under those stores.
+  int n = 0;  // n: key blocks of earlier items
   int blocks = 0, own_begin = 0, own_end = 0;
   // Keys in the last own block when they are few (at most tail_limit) and blocks before it
   // are own too: that block is added on the CUDA cores (tail_update), not on the tensor cores.
   int tail = 0;
-  bool pending = false;  // the last item's last P V is still to issue: P in p_now, V of block pending_v
-  bool flushed = false;  // it was issued at the item's end, and the item's output stored
-  int pending_v = 0;
-
-  // The last item's output, O / l packed to T pairs (registers no wgmma writes), and what its
-  // stores need.
-  BlockWork done{};
-  float done_inverse[2];  // 1 / its rows' sums (0 where a row saw nothing)
-  uint32_t packed[2][D / 8];
-  // At the item's end, once its rows' sums are complete: their inverses for the output, and
-  // their log-sum-exps (the quad's first lane), so that neither the sums nor the maxima wait
-  // for the last P V.
-  auto finish_rows = [&] {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
-      row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
-      done_inverse[h] = row_sum[h] > 0.0f ? 1.0f / row_sum[h] : 0.0f;
-      if (quad == 0) store_lse(p, w, first_row + 8 * h, row_max[h], row_sum[h]);
-    }
-    done = w;
-  };
-  auto pack_output = [&] {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-#pragma unroll
-      for (int j = 0; j < D / 8; ++j) {
-        packed[h][j] = pack2<T>(o[4 * j + 2 * h] * done_inverse[h], o[4 * j + 2 * h + 1] * done_inverse[h]);
-      }
-    }
-  };
-  auto store_output = [&] {
-    T* out = static_cast<T*>(p.out) + int64_t(done.q_begin) * p.out_token_stride + done.head * p.out_head_stride;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (first_row + 8 * h >= done.rows) continue;
-      T* row = out + (first_row + 8 * h) * p.out_token_stride;
-#pragma unroll
-      for (int j = 0; j < D / 8; ++j) {
-        if (8 * j + 2 * quad < p.head_dim) *reinterpret_cast<uint32_t*>(row + 8 * j + 2 * quad) = packed[h][j];
-      }
-    }
-  };
-  auto clear_o = [&] {
-#pragma unroll
-    for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
-  };
-
-  // Begins item w (of `round`): its rows' keys and own blocks; passes the blocks no row of this
-  // warpgroup sees before its own (none; see above), waits for its Q and
-  // issues S of its first own block with the pending P V (neither waited for). Issues S of some
-  // block on every path, the schedule's end included (ptxas serializes every wgmma when one is
-  // in flight past a branch, or when two places issue an item's first S); returns false at the
-  // end, where that S is of whatever stage n holds and is dropped. With nothing pending, the P V
-  // is of whatever p_now and stage pending_v hold, into O, which is cleared before its next use.
+  // Issues S of some block on every path, the schedule's end included (ptxas serializes every
+  // wgmma when one is in flight past a branch, or when two places issue an item's first S);
+  // returns false at the end, where that S is of whatever stage n holds and is dropped.
   auto begin_item = [&](int round) {
     // The slot first: the setup runs while Q may still be landing.
     const int b = q_buffer(round);
@@ -635,9 +560,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int last_keys = hi - (w.key_begin + (own_end - 1) * kKeys);
         if (own_end - own_begin >= 2 && last_keys <= tail_limit) tail = last_keys;
       }
-    }
-    for (int j = 0; j < own_begin; ++j) pass_block(n + j);
-    if (valid) {
+      for (int j = 0; j < own_begin; ++j) pass_block(n + j);
       // Every warp waits for the item's Q, so that its "empty" arrival cannot run ahead of it.
       mbarrier::wait(&q_full[b], q_parity(round));
       // With Q in registers every thread arrives on q_empty after its own loads (one arrival
@@ -648,45 +571,64 @@ __global__ void __launch_bounds__(kThreads, 1)
       // and drops it.
       wait_k(n + own_begin);
     }
-    if (pending) wait_v(pending_v);
     sm90::fence_async_shared();  // the copies, visible to the tensor cores' reads
     turn_begin();
     sm90::wgmma_fence();
     issue_s(n + own_begin);
-    issue_pv(pending_v, pending);
     turn_end();
     return valid;
   };
 
-  for (int round = 0;; ++round) {
-    const bool more = begin_item(round);
-    // S of the first own block (waited for on every path, else ptxas cannot tell and
-    // serializes every wgmma); the pending P V may still run under this item's first softmax.
-    sm90::wgmma_wait<1>();
-    sm90::fence_operands(s);
-    if (more) {
-      const float sink = p.sinks ? p.sinks[w.head * p.sinks_stride] * kLog2e : -INFINITY;
+  // The last item's output, O / l packed to T pairs (registers no wgmma writes), stored under
+  // the next item's first S (row_max and row_sum stay the last item's until then).
+  BlockWork done;
+  uint32_t packed[2][D / 8];
+  auto pack_output = [&] {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) row_max[h] = sink, row_sum[h] = p.sinks && quad == 0 ? 1.0f : 0.0f;
-      if (own_begin < own_end) {
-        release_k(n + own_begin);
-        softmax(own_begin);  // O starts at zero: nothing to rescale
+    for (int h = 0; h < 2; ++h) {
+      row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
+      row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
+      const float inverse = row_sum[h] > 0.0f ? 1.0f / row_sum[h] : 0.0f;
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j) packed[h][j] = pack2<T>(o[4 * j + 2 * h] * inverse, o[4 * j + 2 * h + 1] * inverse);
+    }
+    done = w;
+  };
+  auto store_output = [&] {
+    T* out = static_cast<T*>(p.out) + int64_t(done.q_begin) * p.out_token_stride + done.head * p.out_head_stride;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (first_row + 8 * h >= done.rows) continue;
+      T* row = out + (first_row + 8 * h) * p.out_token_stride;
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j) {
+        if (8 * j + 2 * quad < p.head_dim) *reinterpret_cast<uint32_t*>(row + 8 * j + 2 * quad) = packed[h][j];
       }
     }
-    sm90::wgmma_wait<0>();
-    sm90::fence_operands(o);
-    sm90::fence_operands(p_now);
-    if (pending) release_v(pending_v);
-    n %= 2 * kStages;  // stage and parity repeat with this period (the producer counts the same)
-    if (round > 0 && !flushed) {  // the last item's output: O is complete
-      if (!pending) clear_o();  // it had no own block: its rows see no keys
-      pack_output();
-      store_output();
+    if (quad == 0) {
+      for (int h = 0; h < 2; ++h) store_lse(p, done, first_row + 8 * h, row_max[h], row_sum[h]);
     }
+  };
+  auto clear_o = [&] {
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+  };
+
+  for (int round = 0;; ++round) {
+    const bool more = begin_item(round);
+    if (round > 0) store_output();
+    // S of the first own block, issued by begin_item. Waited for on every path (nothing is in
+    // flight without an own block), else ptxas cannot tell and serializes every wgmma.
+    sm90::wgmma_wait<0>();
+    sm90::fence_operands(s);
     if (!more) break;
-    clear_o();  // only now: O is no wgmma's while S is in flight (else ptxas serializes)
-    pending = own_begin < own_end;
-    if (pending) {
+    const float sink = p.sinks ? p.sinks[w.head * p.sinks_stride] * kLog2e : -INFINITY;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) row_max[h] = sink, row_sum[h] = p.sinks && quad == 0 ? 1.0f : 0.0f;
+    if (own_begin < own_end) {
+      clear_o();  // only now: O is no wgmma's while S is in flight (else ptxas serializes)
+      release_k(n + own_begin);
+      softmax(own_begin);  // O is zero: nothing to rescale
       pack_p();
       const int full_end = own_end - (tail > 0);  // blocks on the tensor cores
       for (int j = own_begin + 1; j < full_end; ++j) {
@@ -696,7 +638,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         turn_begin();
         sm90::wgmma_fence();
         issue_s(n + j);
-        issue_pv(n + j - 1, true);
+        issue_pv(n + j - 1);
         turn_end();
         sm90::wgmma_wait<1>();  // S of block j; P V of block j - 1 still runs
         sm90::fence_operands(s);
@@ -718,40 +660,35 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         pack_p();
       }
-      if (tail) {
-        empty_turn();  // the tail block's turn, taken at once: the other warpgroup need not wait
-        tail_update(n + full_end, w.key_begin + full_end * kKeys, tail);
-      }
-      pending_v = n + full_end - 1;
-    } else {  // block 0's S was dropped: its K and V are released
-      release_k(n);
-      wait_v(n);
-      release_v(n);
-    }
-    // Every S of the item is done: the producer may load the next Q.
-    if constexpr (!kQInRegisters) release(q_empty_now);
-    finish_rows();
-    // Blocks after this warpgroup's own are passed now; the held V stage could block them (the
-    // producer loads in order), so before them the P V is issued now, outside the turns (which
-    // only spread the tensor cores' work), and the output stored. Only windows cut a row's keys
-    // short of its image's end, so this is rare.
-    const int passed_from = max(own_end, own_begin + 1);
-    flushed = pending && passed_from < blocks;
-    if (flushed) {
-      wait_v(pending_v);
+      // Every S of the item is done: the producer may load the next Q.
+      if (!kQInRegisters && !tail) release(q_empty_now);
+      wait_v(n + full_end - 1);
       sm90::fence_async_shared();
+      turn_begin();
       sm90::wgmma_fence();
-      issue_pv(pending_v, true);
+      issue_pv(n + full_end - 1);
+      turn_end();
       sm90::wgmma_wait<0>();
       sm90::fence_operands(o);
       sm90::fence_operands(p_now);
-      release_v(pending_v);
-      pack_output();
-      store_output();
-      pending = false;
+      release_v(n + full_end - 1);
+      if (tail) {
+        empty_turn();  // the tail block's turn, taken at once: the other warpgroup need not wait
+        tail_update(n + full_end, w.key_begin + full_end * kKeys, tail);
+        if constexpr (!kQInRegisters) release(q_empty_now);
+      }
+    } else {  // block 0's S was dropped: its turn is taken, its K and V are released
+      clear_o();
+      release_k(n);
+      wait_v(n);
+      release_v(n);
+      if constexpr (!kQInRegisters) release(q_empty_now);
+      empty_turn();
     }
-    for (int j = passed_from; j < blocks; ++j) pass_block(n + j);
-    n += blocks;
+    for (int j = max(own_end, own_begin + 1); j < blocks; ++j) pass_block(n + j);
+    n = (n + blocks) % (2 * kStages);  // as the producer counts
+
+    pack_output();
   }
   if (group == 0) turn_begin();  // the last turn's end: no barrier is left half arrived
 #else

@@ -125,8 +125,6 @@ cudaError_t launch_flash_forward(Kernel kernel, const KernelParams& params, bool
                                  int64_t max_seqlen, dim3 grid, cudaStream_t stream) {
 #if VISATTN_WITH_SM90A
   if (kernel != Kernel::sm80) {
-    static const bool base = std::getenv("VISATTN_CUDA_SM90_BASE") != nullptr;  // AB-BASE
-    if (base) return launch_flash_forward_sm90_base(params, bf16, head_dim_pad, kernel == Kernel::sm90_wide_keys, sm90_tail_limit(), grid, stream);  // AB-BASE
     return launch_flash_forward_sm90(params, bf16, head_dim_pad, kernel == Kernel::sm90_wide_keys, sm90_tail_limit(),
                                      grid, stream);
   }

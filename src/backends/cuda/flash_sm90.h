@@ -12,8 +12,6 @@ namespace visattn::cuda {
 // image's last key block added on the CUDA cores where it holds at most tail_limit keys; the
 // caller checked the GPU (compute capability 9.0), the head dim (Sm90HeadDims) and 16-byte
 // copies (params.vector_io).
-cudaError_t launch_flash_forward_sm90_base(const KernelParams& params, bool bf16, int head_dim_pad, bool wide_keys,
-                                      int tail_limit, dim3 grid, cudaStream_t stream);  // AB-BASE
 cudaError_t launch_flash_forward_sm90(const KernelParams& params, bool bf16, int head_dim_pad, bool wide_keys,
                                       int tail_limit, dim3 grid, cudaStream_t stream);
 
