@@ -24,6 +24,7 @@ log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
 # into the summary.
 check_summary() { grep -E "FAIL|reproduce" "$1" | head -10; tail -"$2" "$1" | tee -a "$OUT/summary.txt"; }
 
+[ -n "${SHORT:-}" ] && SKIP_LAYER_BENCH=1  # SHORT implies it
 prefix=/tmp/visattn-deps
 mkdir -p "$prefix"
 for deb in .deps/*.deb; do
@@ -169,7 +170,7 @@ PYTHONUNBUFFERED=1 python3 bench/gpu_bench.py --workloads bench/public_workloads
   2> "$LOGS/gpu_bench_err.log" | tee -a "$OUT/summary.txt"; tail -5 "$LOGS/gpu_bench_err.log"
 fi
 
-if [ -z "${SKIP_LAYER_BENCH:-}${SHORT:-}" ]; then
+if [ -z "${SKIP_LAYER_BENCH:-}" ]; then
 log "layer bench (VisionAttentionLayer against the same layer in eager PyTorch, bf16, one process)"
 PYTHONUNBUFFERED=1 python3 bench/layer_bench.py --workloads bench/public_workloads.json --json "$OUT/bench_layer.json" \
   2> "$LOGS/layer_bench_err.log" | tee -a "$OUT/summary.txt"; tail -5 "$LOGS/layer_bench_err.log"
