@@ -1,8 +1,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <cstdlib>
@@ -166,9 +168,50 @@ void upload(DeviceMetadata& prepared, const VarlenBatch& batch, void* stream_han
 // that many tokens and images can have.
 Layout layout_for(const VarlenBatch& batch) { return Layout(batch.batch_bucket(), batch.total_tokens()); }
 
-// For batches nobody prepared: one per device, grown as needed, reused under a lock.
+// For batches nobody prepared: a ring of slots per device, each a device copy (grown as
+// needed), a pinned host image to copy it from, and an event recorded after the last call that
+// used it. A call takes the next slot under the lock (held for the call) and waits only for that
+// slot's last call, so that unprepared calls queue on the stream like prepared ones instead of
+// syncing before and after each (which cost 5-8% on clip and siglip: bench/NOTES.md CUDA 29).
+struct PinnedBytes {
+  void* data = nullptr;
+  size_t bytes = 0;
+  PinnedBytes() = default;
+  PinnedBytes(const PinnedBytes&) = delete;
+  PinnedBytes& operator=(const PinnedBytes&) = delete;
+  ~PinnedBytes() {
+    if (data) cudaFreeHost(data);
+  }
+  void reserve(size_t wanted) {
+    if (wanted <= bytes) return;
+    if (data) cudaFreeHost(data);
+    data = nullptr, bytes = 0;
+    check(cudaMallocHost(&data, wanted), "cudaMallocHost (batch metadata)");
+    bytes = wanted;
+  }
+};
+
+struct ScratchSlot {
+  std::unique_ptr<DeviceMetadata> metadata;
+  PinnedBytes staging;
+  cudaEvent_t released = nullptr;  // created on the slot's first use
+  ScratchSlot() = default;
+  ScratchSlot(const ScratchSlot&) = delete;
+  ScratchSlot& operator=(const ScratchSlot&) = delete;
+  ~ScratchSlot() {
+    if (released) cudaEventDestroy(released);
+  }
+};
+
+// Four: a call waits for the one four calls before it, long done unless the GPU is that far behind.
+constexpr int kScratchSlots = 4;
+struct ScratchRing {
+  std::array<ScratchSlot, kScratchSlots> slots;
+  int next = 0;
+};
+
 std::mutex scratch_mutex;
-std::vector<std::unique_ptr<DeviceMetadata>> scratch;
+std::vector<std::unique_ptr<ScratchRing>> scratch;  // per device
 
 // Whether every tile row is whole 16-byte chunks at 16-byte aligned addresses.
 bool vector_io(const AttentionParams& p) {
@@ -217,30 +260,49 @@ MetadataLease::MetadataLease(const AttentionParams& p) : stream_(static_cast<cud
   prepared_ = false;
   scratch_lock_ = std::unique_lock(scratch_mutex);
   if (int(scratch.size()) <= device) scratch.resize(device + 1);
-  std::unique_ptr<DeviceMetadata>& slot = scratch[device];
+  if (!scratch[device]) scratch[device] = std::make_unique<ScratchRing>();
+  ScratchRing& ring = *scratch[device];
+  ScratchSlot& slot = ring.slots[ring.next];
+  ring.next = (ring.next + 1) % kScratchSlots;
+  if (slot.released) {
+    check(cudaEventSynchronize(slot.released), "cudaEventSynchronize");  // its last call is done with it
+  } else {
+    check(cudaEventCreateWithFlags(&slot.released, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+  }
+  released_ = slot.released;
   const VarlenBatch batch = VarlenBatch::from_cu_seqlens(
       std::span<const int32_t>(p.cu_seqlens, size_t(p.num_images + 1)));
   const Layout needed = layout_for(batch);
-  if (!slot || slot->layout.bytes < needed.bytes || slot->layout.image_capacity < needed.image_capacity ||
-      slot->layout.tile_capacity < needed.tile_capacity || slot->layout.wide_tile_capacity < needed.wide_tile_capacity) {
-    slot = std::make_unique<DeviceMetadata>(device, needed, batch.max_seqlen_bucket());
-    check(cudaMalloc(&slot->buffer, needed.bytes), "cudaMalloc (batch metadata)");
+  std::unique_ptr<DeviceMetadata>& metadata = slot.metadata;
+  if (!metadata || metadata->layout.bytes < needed.bytes || metadata->layout.image_capacity < needed.image_capacity ||
+      metadata->layout.tile_capacity < needed.tile_capacity ||
+      metadata->layout.wide_tile_capacity < needed.wide_tile_capacity) {
+    metadata = std::make_unique<DeviceMetadata>(device, needed, batch.max_seqlen_bucket());
+    check(cudaMalloc(&metadata->buffer, needed.bytes), "cudaMalloc (batch metadata)");
   }
-  upload(*slot, batch, p.cuda_stream);
-  metadata_ = slot.get();
+  const std::vector<char> bytes = device_image(batch, metadata->layout);
+  slot.staging.reserve(bytes.size());
+  std::memcpy(slot.staging.data, bytes.data(), bytes.size());
+  check(cudaMemcpyAsync(metadata->buffer, slot.staging.data, bytes.size(), cudaMemcpyHostToDevice, stream_),
+        "cudaMemcpyAsync (batch metadata)");
+  metadata_ = metadata.get();
+}
+
+cudaError_t MetadataLease::release_slot() {
+  // The slot is free once the stream has passed this point; where that cannot be recorded, once
+  // the stream is idle.
+  const cudaError_t status = cudaEventRecord(released_, stream_);
+  if (status != cudaSuccess) cudaStreamSynchronize(stream_);
+  scratch_lock_.unlock();
+  return status;
 }
 
 void MetadataLease::finish() {
-  // The scratch metadata is shared by every unprepared call on this device: finish with it.
-  if (scratch_lock_.owns_lock()) {
-    const cudaError_t status = cudaStreamSynchronize(stream_);
-    scratch_lock_.unlock();
-    check(status, "cudaStreamSynchronize");
-  }
+  if (scratch_lock_.owns_lock()) check(release_slot(), "cudaEventRecord");
 }
 
 MetadataLease::~MetadataLease() {
-  if (scratch_lock_.owns_lock()) cudaStreamSynchronize(stream_);  // a call that failed half way
+  if (scratch_lock_.owns_lock()) release_slot();  // a call that failed half way
 }
 
 std::vector<std::string> gpu_names() {

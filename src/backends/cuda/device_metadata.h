@@ -90,10 +90,11 @@ struct DeviceMetadata {
 namespace visattn::cuda {
 
 // The device metadata a call runs with: the batch's prepared copy, or, for a batch nobody
-// prepared, this device's scratch copy, uploaded now (a copy and a sync; refused while the
-// stream is being captured, with an error that says to prepare the batch). The scratch copy is
-// shared by every unprepared call on the device: the lease holds its lock, and finish() waits
-// for the stream before it lets go (the destructor does too, if a call failed half way).
+// prepared, a scratch copy of this device's, uploaded now on the call's stream from pinned
+// memory (refused while the stream is being captured, with an error that says to prepare the
+// batch). The scratch copies are a ring shared by every unprepared call on the device: the lease
+// holds its lock, and finish() records on the stream when the call is done with its slot before
+// it lets go (the destructor does too, if a call failed half way).
 class MetadataLease {
  public:
   explicit MetadataLease(const AttentionParams& params);
@@ -109,7 +110,10 @@ class MetadataLease {
  private:
   const DeviceMetadata* metadata_ = nullptr;
   bool prepared_ = true;
+  cudaError_t release_slot();  // records released_ on the stream and lets go of the lock
+
   std::unique_lock<std::mutex> scratch_lock_;
+  cudaEvent_t released_ = nullptr;  // the scratch slot's
   cudaStream_t stream_;
 };
 
