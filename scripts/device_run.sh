@@ -196,11 +196,12 @@ done
 
 # CROSSOVER=1: cuda vs cudnn on uniform batches of every image length (the table auto uses),
 # prepared (ragged plans) and eager (dense plans); CROSSOVER_WORKLOADS another sweep (e.g.
-# bench/crossover_d80_workloads.json: head dims 72 and 80, finer lengths).
+# bench/crossover_d80_workloads.json: head dims 72 and 80, finer lengths), CROSSOVER_BACKENDS
+# other columns.
 if [ -n "${CROSSOVER:-}" ]; then
   log "crossover: cuda vs cudnn by head dim and image length"
   PYTHONUNBUFFERED=1 python3 bench/gpu_bench.py --workloads "${CROSSOVER_WORKLOADS:-bench/crossover_workloads.json}" \
-    --backends cuda,cudnn,cudnn-eager \
+    --backends "${CROSSOVER_BACKENDS:-cuda,cuda-eager,cudnn,cudnn-eager}" \
     --json "$OUT/bench_crossover.json" 2>> "$LOGS/gpu_bench_err.log" | tee -a "$OUT/summary.txt"
 fi
 
