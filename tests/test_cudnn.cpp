@@ -91,7 +91,8 @@ TEST(CudnnAutoTable, PrefersCudnnFromTheMeasuredCrossover) {
 }
 
 // Batches that run dense have their own crossover: cudnn from 64 tokens, but at head dims
-// 65-80 only from 128, and below 2048 where the sm90 kernel runs.
+// 65-80 only from 128, and where the sm90 kernel runs only below 384 tokens and at powers of two
+// below 2048.
 TEST(CudnnAutoTable, PrefersDensePlansFromTheirMeasuredCrossover) {
   for (const bool sm90 : {false, true}) {
     const auto runs_sm90 = [sm90] { return sm90; };
@@ -101,7 +102,11 @@ TEST(CudnnAutoTable, PrefersDensePlansFromTheirMeasuredCrossover) {
     EXPECT_TRUE(cudnn::auto_prefers_dense(1025, 128, runs_sm90));   // internvit6b
     EXPECT_TRUE(cudnn::auto_prefers_dense(16384, 128, runs_sm90));  // hd128-long4's images
     EXPECT_FALSE(cudnn::auto_prefers_dense(64, 80, runs_sm90));     // cuda's sm80 kernel leads
-    EXPECT_TRUE(cudnn::auto_prefers_dense(729, 72, runs_sm90));     // siglip
+    EXPECT_EQ(cudnn::auto_prefers_dense(729, 72, runs_sm90), !sm90);   // siglip
+    EXPECT_EQ(cudnn::auto_prefers_dense(1536, 80, runs_sm90), !sm90);
+    EXPECT_TRUE(cudnn::auto_prefers_dense(1024, 80, runs_sm90));       // cuDNN's power-of-two plans
+    EXPECT_TRUE(cudnn::auto_prefers_dense(383, 72, runs_sm90));
+    EXPECT_EQ(cudnn::auto_prefers_dense(2048, 80, runs_sm90), !sm90);
     EXPECT_EQ(cudnn::auto_prefers_dense(4096, 80, runs_sm90), !sm90);
   }
 }

@@ -22,6 +22,14 @@
 // cudnn leads everywhere but at head dims 65-80 at 64 tokens (cuda's sm80 kernel) and at 2048
 // (a tie with the sm90 kernel; longer uniform images were not measured, and on qwen25vl-large4
 // the sm90 kernel leads cudnn's ragged plan by 1.3x), where cuda keeps the call.
+// At head dims 72 and 80 a finer sweep of unprepared calls on both sides (cuda-eager against
+// cudnn-eager, H100, bench/results/h100-2026-12-07-s17-crossover-d80-eager.json, `VARIANTS_ONLY=1
+// CROSSOVER=1 CROSSOVER_WORKLOADS=bench/crossover_d80_workloads.json`), cuda / cudnn:
+//   image length    256   384   512   640   729  1024  1536  2048
+//   head dim 72    0.87  0.99  0.88  1.01  1.10  0.92  1.07  1.04
+//   head dim 80    0.76  1.03  0.83  0.97  1.08  0.91  1.11  1.01
+// cuDNN's dense plans are fastest at powers of two; from 384 tokens the sm90 kernel ties or
+// leads at every other length measured (siglip's 729 among them), so it keeps those.
 #pragma once
 
 #include <cstdint>
@@ -46,15 +54,19 @@ bool auto_prefers_shape(int64_t tokens, int64_t images, int head_dim, RunsSm90&&
 inline constexpr int64_t kAutoMinDenseImageTokens = 64;
 // At head dims 65-80 cuda leads below this length (the sm80 kernel) ...
 inline constexpr int64_t kAutoDenseHeadDim80MinImageTokens = 128;
-// ... and from this one on where the sm90 kernel runs.
-inline constexpr int64_t kAutoDenseSm90HeadDim80ImageTokens = 2048;
+// ... and, where the sm90 kernel runs, from this one on but at powers of two below the next.
+inline constexpr int64_t kAutoDenseSm90HeadDim80ImageTokens = 384;
+inline constexpr int64_t kAutoDenseSm90HeadDim80AllImageTokens = 2048;
 
 template <class RunsSm90>
 bool auto_prefers_dense(int64_t length, int head_dim, RunsSm90&& runs_sm90) {
   if (length < kAutoMinDenseImageTokens) return false;
   if (head_dim <= 64 || head_dim > 80) return true;
   if (length < kAutoDenseHeadDim80MinImageTokens) return false;
-  return !(length >= kAutoDenseSm90HeadDim80ImageTokens && runs_sm90());
+  const bool power_of_two = (length & (length - 1)) == 0;
+  const bool sm90_may_lead = length >= kAutoDenseSm90HeadDim80AllImageTokens ||
+                             (length >= kAutoDenseSm90HeadDim80ImageTokens && !power_of_two);
+  return !(sm90_may_lead && runs_sm90());
 }
 
 }  // namespace visattn::cudnn
