@@ -248,7 +248,7 @@ MetadataLease::MetadataLease(const AttentionParams& p) : stream_(static_cast<cud
     metadata_ = p.prepared;
     return;
   }
-  // An unprepared batch is uploaded here (a copy and a sync per call): not while capturing.
+  // An unprepared batch is uploaded here (a copy on the stream per call): not while capturing.
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   check(cudaStreamIsCapturing(stream_, &capturing), "cudaStreamIsCapturing");
   if (capturing != cudaStreamCaptureStatusNone) {
