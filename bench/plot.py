@@ -1,7 +1,7 @@
 """Bench JSON -> PNG bar chart: TFLOP/s per workload (groups) and backend (bars), peers
 included, with the run's GEMM ceiling as a line when the JSON has one.
 
-    python3 bench/plot.py bench/results/h200-2026-12-02.json -o docs/bench-h200.png [--dtype bf16]
+    python3 bench/plot.py bench/results/h100-2026-12-07-s17.json -o docs/bench-h100.png [--dtype bf16]
 
 Needs matplotlib (pip install matplotlib).
 """
