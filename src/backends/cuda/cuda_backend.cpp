@@ -78,15 +78,16 @@ std::vector<Tile> schedule_of(const VarlenBatch& batch, int tile_rows) {
   return schedule;
 }
 
-// The batch's bytes in `layout`; throws if the batch does not fit it.
-std::vector<char> device_image(const VarlenBatch& batch, const Layout& layout) {
+// Writes the batch's bytes in `layout` to `bytes` (layout.bytes of them); throws if the batch
+// does not fit the layout.
+void write_device_image(const VarlenBatch& batch, const Layout& layout, char* bytes) {
   if (batch.num_images() > layout.image_capacity) {
     fail(ErrorCode::invalid_value, "batch: ", batch.num_images(), " images exceed the ",
          layout.image_capacity, " the device buffers were prepared for; prepare a larger batch");
   }
-  std::vector<char> bytes(layout.bytes, 0);
-  auto* counts = reinterpret_cast<int32_t*>(bytes.data());
-  auto* cu = reinterpret_cast<int32_t*>(bytes.data() + layout.cu_offset);
+  std::memset(bytes, 0, layout.bytes);
+  auto* counts = reinterpret_cast<int32_t*>(bytes);
+  auto* cu = reinterpret_cast<int32_t*>(bytes + layout.cu_offset);
   for (int64_t i = 0; i <= layout.image_capacity; ++i) {
     cu[i] = batch.cu_seqlens()[std::min<int64_t>(i, batch.num_images())];  // pad with the end
   }
@@ -100,9 +101,8 @@ std::vector<char> device_image(const VarlenBatch& batch, const Layout& layout) {
            capacity[i], " the device buffers were prepared for; prepare a larger batch");
     }
     counts[i] = int32_t(schedule.size());
-    std::copy(schedule.begin(), schedule.end(), reinterpret_cast<Tile*>(bytes.data() + offset[i]));
+    std::copy(schedule.begin(), schedule.end(), reinterpret_cast<Tile*>(bytes + offset[i]));
   }
-  return bytes;
 }
 
 }  // namespace
@@ -157,7 +157,8 @@ namespace visattn::cuda {
 namespace {
 
 void upload(DeviceMetadata& prepared, const VarlenBatch& batch, void* stream_handle) {
-  const std::vector<char> bytes = device_image(batch, prepared.layout);
+  std::vector<char> bytes(prepared.layout.bytes);
+  write_device_image(batch, prepared.layout, bytes.data());
   const auto stream = static_cast<cudaStream_t>(stream_handle);
   check(cudaMemcpyAsync(prepared.buffer, bytes.data(), bytes.size(), cudaMemcpyHostToDevice, stream),
         "cudaMemcpyAsync (batch metadata)");
@@ -280,10 +281,10 @@ MetadataLease::MetadataLease(const AttentionParams& p) : stream_(static_cast<cud
     metadata = std::make_unique<DeviceMetadata>(device, needed, batch.max_seqlen_bucket());
     check(cudaMalloc(&metadata->buffer, needed.bytes), "cudaMalloc (batch metadata)");
   }
-  const std::vector<char> bytes = device_image(batch, metadata->layout);
-  slot.staging.reserve(bytes.size());
-  std::memcpy(slot.staging.data, bytes.data(), bytes.size());
-  check(cudaMemcpyAsync(metadata->buffer, slot.staging.data, bytes.size(), cudaMemcpyHostToDevice, stream_),
+  const size_t bytes = metadata->layout.bytes;
+  slot.staging.reserve(bytes);
+  write_device_image(batch, metadata->layout, static_cast<char*>(slot.staging.data));
+  check(cudaMemcpyAsync(metadata->buffer, slot.staging.data, bytes, cudaMemcpyHostToDevice, stream_),
         "cudaMemcpyAsync (batch metadata)");
   metadata_ = metadata.get();
 }
