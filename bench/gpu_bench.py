@@ -171,7 +171,7 @@ def main():
     parser.add_argument("--workloads", default="../shared/workloads.json")
     parser.add_argument("--json", help="write bench JSON here")
     parser.add_argument("--only", help="comma-separated workload names")
-    parser.add_argument("--backends", help="comma-separated backend names (default: all)")
+    parser.add_argument("--backends", help="comma-separated backend names, timed in this order (default: all)")
     parser.add_argument("--rounds", type=int, default=3,
                         help="time the backends in turn this many times over (drift falls on all alike)")
     args = parser.parse_args()
@@ -180,7 +180,13 @@ def main():
     specs = json.load(open(args.workloads))["workloads"]
     if args.only:
         specs = [s for s in specs if s["name"] in args.only.split(",")]
-    backends = [b for b in BACKENDS if not args.backends or b[0] in args.backends.split(",")]
+    backends = BACKENDS
+    if args.backends:  # in the order given: a backend's place in each round can be varied
+        by_name = dict(BACKENDS)
+        unknown = [name for name in args.backends.split(",") if name not in by_name]
+        if unknown:
+            parser.error(f"--backends: unknown {', '.join(unknown)}; known: {', '.join(by_name)}")
+        backends = [(name, by_name[name]) for name in args.backends.split(",")]
 
     torch.manual_seed(0)
     gemm, bandwidth = gemm_bf16_tflops(), copy_tbps()
