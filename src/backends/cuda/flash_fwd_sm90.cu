@@ -184,6 +184,7 @@ __device__ inline void load_swizzled(unsigned char* tile, const T* base, int64_t
 struct TensorMaps {
   CUtensorMap q, k, v;
   int enabled;
+  int fence_all;  // test knob (VISATTN_CUDA_SM90_FENCE=all): a proxy fence before every turn, TMA'd tiles too
 };
 
 template <typename T, int D, int Keys>
@@ -531,6 +532,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Keys in the last own block when they are few (at most tail_limit) and blocks before it
   // are own too: that block is added on the CUDA cores (tail_update), not on the tensor cores.
   int tail = 0;
+  // Whether the item's Q tile or its key block j came by cp.async copies (the generic proxy):
+  // the tensor cores (the async proxy) may read them only after a proxy fence. Tiles that TMA
+  // wrote and a barrier wait made visible need none (NOTES CUDA 32). The producer copies by TMA
+  // exactly the whole tiles and blocks (maps.enabled, w.rows == kRows, a block of kKeys keys).
+  auto generic_q = [&] { return !maps.enabled || maps.fence_all || w.rows < kRows; };
+  auto generic_block = [&](int j) { return !maps.enabled || maps.fence_all || w.key_begin + (j + 1) * kKeys > w.key_end; };
   // Issues S of some block on every path, the schedule's end included (ptxas serializes every
   // wgmma when one is in flight past a branch, or when two places issue an item's first S);
   // returns false at the end, where that S is of whatever stage n holds and is dropped.
@@ -571,7 +578,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // and drops it.
       wait_k(n + own_begin);
     }
-    sm90::fence_async_shared();  // the copies, visible to the tensor cores' reads
+    if (!valid || (!kQInRegisters && generic_q()) || generic_block(own_begin)) sm90::fence_async_shared();
     turn_begin();
     sm90::wgmma_fence();
     issue_s(n + own_begin);
@@ -634,7 +641,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int j = own_begin + 1; j < full_end; ++j) {
         wait_k(n + j);
         wait_v(n + j - 1);
-        sm90::fence_async_shared();
+        if (generic_block(j)) sm90::fence_async_shared();  // V of block j - 1 is whole: not the item's last
         turn_begin();
         sm90::wgmma_fence();
         issue_s(n + j);
@@ -663,7 +670,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // Every S of the item is done: the producer may load the next Q.
       if (!kQInRegisters && !tail) release(q_empty_now);
       wait_v(n + full_end - 1);
-      sm90::fence_async_shared();
+      if (generic_block(full_end - 1)) sm90::fence_async_shared();
       turn_begin();
       sm90::wgmma_fence();
       issue_pv(n + full_end - 1);
@@ -742,7 +749,12 @@ cudaError_t launch(const KernelParams& kp, int tail_limit, dim3 grid, cudaStream
     const char* set = std::getenv("VISATTN_CUDA_SM90_TMA");
     return !(set && std::strcmp(set, "0") == 0);
   }();
+  static const bool fence_all = [] {
+    const char* set = std::getenv("VISATTN_CUDA_SM90_FENCE");
+    return set && std::strcmp(set, "all") == 0;
+  }();
   TensorMaps maps{};
+  maps.fence_all = fence_all;
   maps.enabled = tma &&
                  encode_map<T>(maps.q, kp.q, kp.head_dim, kp.num_heads, kp.q_token_stride, kp.q_head_stride, kGroupRows) &&
                  encode_map<T>(maps.k, kp.k, kp.head_dim, kp.num_kv_heads, kp.k_token_stride, kp.k_head_stride, Keys) &&
