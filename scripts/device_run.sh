@@ -185,11 +185,12 @@ for settings in ${FORCED_CHECKS:-}; do forced_check "$settings"; done
 
 # VARIANTS="name:VAR=value[,VAR=value] ...": kernel variants picked by environment variables,
 # each checked (100 cases) and benched into bench_<name>.json (backends VARIANT_BACKENDS,
-# default cuda; the check runs the first of them).
+# default cuda, timed in that order; the check runs the first of them, cuda-eager as cuda).
 for variant in ${VARIANTS:-}; do
   name=${variant%%:*}; settings=${variant#*:}; backends=${VARIANT_BACKENDS:-cuda}
   log "variant $name ($settings)"
-  env ${settings//,/ } timeout 300 build/visattn check --backend "${backends%%,*}" --cases 100 --seed 11 > "$LOGS/check_$name.log" 2>&1; tail -1 "$LOGS/check_$name.log" | tee -a "$OUT/summary.txt"
+  first=${backends%%,*}
+  env ${settings//,/ } timeout 300 build/visattn check --backend "${first%-eager}" --cases 100 --seed 11 > "$LOGS/check_$name.log" 2>&1; tail -1 "$LOGS/check_$name.log" | tee -a "$OUT/summary.txt"
   env ${settings//,/ } PYTHONUNBUFFERED=1 timeout 300 python3 bench/gpu_bench.py --workloads bench/public_workloads.json --backends "$backends" \
     ${VARIANT_ARGS:-} --json "$OUT/bench_$name.json" 2>> "$LOGS/gpu_bench_err.log" | tee -a "$OUT/summary.txt"
 done

@@ -187,7 +187,22 @@ struct TensorMaps {
   int fence_all;  // test knob (VISATTN_CUDA_SM90_FENCE=all): a proxy fence before every turn, TMA'd tiles too
 };
 
-template <typename T, int D, int Keys>
+// 2^x for x <= 0 (-inf: 0) on the FMA and integer pipes instead of the MUFU: x = n + f with n
+// an integer (rounded by adding 1.5 * 2^23, which leaves n in the low mantissa bits) and
+// |f| <= 1/2; 2^f by a degree-3 polynomial (relative error 1.0e-4, below bf16's and fp16's
+// rounding of P; 2^0 exact), n added to the exponent bits. Below -127 it clamps to n = -127,
+// f = 0, whose exponent add wraps to the bits of exactly 0.
+__device__ inline float exp2_fma(float x) {
+  x = fmaxf(x, -127.0f);
+  const float rounded = x + 12582912.0f;
+  const float f = x - (rounded - 12582912.0f);
+  const float p = fmaf(fmaf(fmaf(0.05500885f, f, 0.24221079f), f, 0.6932829f), f, 1.0f);
+  return __int_as_float(__float_as_int(p) + (__float_as_int(rounded) << 23));
+}
+
+// kPolyEvery > 0 (experiment, head dim 64 only: NOTES CUDA 33): every kPolyEvery-th of the
+// softmax's exponentials by exp2_fma, the rest on the MUFU.
+template <typename T, int D, int Keys, int kPolyEvery = 0>
 __global__ void __launch_bounds__(kThreads, 1)
     flash_fwd_sm90_kernel(const KernelParams p, int tail_limit, const __grid_constant__ TensorMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -452,7 +467,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
 #pragma unroll
     for (int i = 0; i < kScores; ++i) {
-      s[i] = exp2_fast(fmaf(s[i], post, -row_base[i % 4 / 2]));
+      const float x = fmaf(s[i], post, -row_base[i % 4 / 2]);
+      constexpr int kEvery = kPolyEvery > 0 ? kPolyEvery : 1;
+      s[i] = kPolyEvery > 0 && i % kEvery == kEvery - 1 ? exp2_fma(x) : exp2_fast(x);
       row_sum[i % 4 / 2] += s[i];
     }
   };
@@ -742,7 +759,17 @@ bool encode_map(CUtensorMap& map, const void* base, int head_dim, int heads, int
 // bucket, so no more blocks than it.
 template <typename T, int D, int Keys>
 cudaError_t launch(const KernelParams& kp, int tail_limit, dim3 grid, cudaStream_t stream) {
+  // Experiment knob (head dim 64): VISATTN_CUDA_SM90_POLY=2 or 4 takes every 2nd or 4th
+  // exponential off the MUFU (exp2_fma).
+  static const int poly = [] {
+    const char* set = std::getenv("VISATTN_CUDA_SM90_POLY");
+    return set ? std::atoi(set) : 0;
+  }();
   auto kernel = flash_fwd_sm90_kernel<T, D, Keys>;
+  if constexpr (D == 64) {
+    if (poly == 2) kernel = flash_fwd_sm90_kernel<T, D, Keys, 2>;
+    if (poly == 4) kernel = flash_fwd_sm90_kernel<T, D, Keys, 4>;
+  }
   // Whole Q tiles and K/V blocks by TMA (NOTES CUDA 23); test knob: VISATTN_CUDA_SM90_TMA=0
   // copies everything with cp.async, as partial tiles always are.
   static const bool tma = [] {
