@@ -200,7 +200,7 @@ __device__ inline float exp2_fma(float x) {
   return __int_as_float(__float_as_int(p) + (__float_as_int(rounded) << 23));
 }
 
-// kPolyEvery > 0 (experiment, head dim 64 only: NOTES CUDA 33): every kPolyEvery-th of the
+// kPolyEvery > 0 (experiment, head dims 64 and 80: NOTES CUDA 33): every kPolyEvery-th of the
 // softmax's exponentials by exp2_fma, the rest on the MUFU.
 template <typename T, int D, int Keys, int kPolyEvery = 0>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -759,14 +759,14 @@ bool encode_map(CUtensorMap& map, const void* base, int head_dim, int heads, int
 // bucket, so no more blocks than it.
 template <typename T, int D, int Keys>
 cudaError_t launch(const KernelParams& kp, int tail_limit, dim3 grid, cudaStream_t stream) {
-  // Experiment knob (head dim 64): VISATTN_CUDA_SM90_POLY=2 or 4 takes every 2nd or 4th
+  // Experiment knob (head dims 64 and 80): VISATTN_CUDA_SM90_POLY=2 or 4 takes every 2nd or 4th
   // exponential off the MUFU (exp2_fma).
   static const int poly = [] {
     const char* set = std::getenv("VISATTN_CUDA_SM90_POLY");
     return set ? std::atoi(set) : 0;
   }();
   auto kernel = flash_fwd_sm90_kernel<T, D, Keys>;
-  if constexpr (D == 64) {
+  if constexpr (D <= 80) {
     if (poly == 2) kernel = flash_fwd_sm90_kernel<T, D, Keys, 2>;
     if (poly == 4) kernel = flash_fwd_sm90_kernel<T, D, Keys, 4>;
   }
