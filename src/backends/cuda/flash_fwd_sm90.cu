@@ -759,16 +759,15 @@ bool encode_map(CUtensorMap& map, const void* base, int head_dim, int heads, int
 // bucket, so no more blocks than it.
 template <typename T, int D, int Keys>
 cudaError_t launch(const KernelParams& kp, int tail_limit, dim3 grid, cudaStream_t stream) {
-  // Experiment knob (head dims 64 and 80): VISATTN_CUDA_SM90_POLY=2 or 4 takes every 2nd or 4th
+  // Experiment knob (bf16 at head dims 64 and 80): VISATTN_CUDA_SM90_POLY=4 takes every 4th
   // exponential off the MUFU (exp2_fma).
-  static const int poly = [] {
+  static const bool poly = [] {
     const char* set = std::getenv("VISATTN_CUDA_SM90_POLY");
-    return set ? std::atoi(set) : 0;
+    return set && std::strcmp(set, "4") == 0;
   }();
   auto kernel = flash_fwd_sm90_kernel<T, D, Keys>;
-  if constexpr (D <= 80) {
-    if (poly == 2) kernel = flash_fwd_sm90_kernel<T, D, Keys, 2>;
-    if (poly == 4) kernel = flash_fwd_sm90_kernel<T, D, Keys, 4>;
+  if constexpr (D <= 80 && std::is_same_v<T, __nv_bfloat16>) {
+    if (poly) kernel = flash_fwd_sm90_kernel<T, D, Keys, 4>;
   }
   // Whole Q tiles and K/V blocks by TMA (NOTES CUDA 23); test knob: VISATTN_CUDA_SM90_TMA=0
   // copies everything with cp.async, as partial tiles always are.
