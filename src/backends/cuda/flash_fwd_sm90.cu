@@ -184,25 +184,9 @@ __device__ inline void load_swizzled(unsigned char* tile, const T* base, int64_t
 struct TensorMaps {
   CUtensorMap q, k, v;
   int enabled;
-  int fence_all;  // test knob (VISATTN_CUDA_SM90_FENCE=all): a proxy fence before every turn, TMA'd tiles too
 };
 
-// 2^x for x <= 0 (-inf: 0) on the FMA and integer pipes instead of the MUFU: x = n + f with n
-// an integer (rounded by adding 1.5 * 2^23, which leaves n in the low mantissa bits) and
-// |f| <= 1/2; 2^f by a degree-3 polynomial (relative error 1.0e-4, below bf16's and fp16's
-// rounding of P; 2^0 exact), n added to the exponent bits. Below -127 it clamps to n = -127,
-// f = 0, whose exponent add wraps to the bits of exactly 0.
-__device__ inline float exp2_fma(float x) {
-  x = fmaxf(x, -127.0f);
-  const float rounded = x + 12582912.0f;
-  const float f = x - (rounded - 12582912.0f);
-  const float p = fmaf(fmaf(fmaf(0.05500885f, f, 0.24221079f), f, 0.6932829f), f, 1.0f);
-  return __int_as_float(__float_as_int(p) + (__float_as_int(rounded) << 23));
-}
-
-// kPolyEvery > 0 (experiment, head dims 64 and 80: NOTES CUDA 33): every kPolyEvery-th of the
-// softmax's exponentials by exp2_fma, the rest on the MUFU.
-template <typename T, int D, int Keys, int kPolyEvery = 0>
+template <typename T, int D, int Keys>
 __global__ void __launch_bounds__(kThreads, 1)
     flash_fwd_sm90_kernel(const KernelParams p, int tail_limit, const __grid_constant__ TensorMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -467,9 +451,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
 #pragma unroll
     for (int i = 0; i < kScores; ++i) {
-      const float x = fmaf(s[i], post, -row_base[i % 4 / 2]);
-      constexpr int kEvery = kPolyEvery > 0 ? kPolyEvery : 1;
-      s[i] = kPolyEvery > 0 && i % kEvery == kEvery - 1 ? exp2_fma(x) : exp2_fast(x);
+      s[i] = exp2_fast(fmaf(s[i], post, -row_base[i % 4 / 2]));
       row_sum[i % 4 / 2] += s[i];
     }
   };
@@ -549,12 +531,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Keys in the last own block when they are few (at most tail_limit) and blocks before it
   // are own too: that block is added on the CUDA cores (tail_update), not on the tensor cores.
   int tail = 0;
-  // Whether the item's Q tile or its key block j came by cp.async copies (the generic proxy):
-  // the tensor cores (the async proxy) may read them only after a proxy fence. Tiles that TMA
-  // wrote and a barrier wait made visible need none (NOTES CUDA 32). The producer copies by TMA
-  // exactly the whole tiles and blocks (maps.enabled, w.rows == kRows, a block of kKeys keys).
-  auto generic_q = [&] { return !maps.enabled || maps.fence_all || w.rows < kRows; };
-  auto generic_block = [&](int j) { return !maps.enabled || maps.fence_all || w.key_begin + (j + 1) * kKeys > w.key_end; };
   // Issues S of some block on every path, the schedule's end included (ptxas serializes every
   // wgmma when one is in flight past a branch, or when two places issue an item's first S);
   // returns false at the end, where that S is of whatever stage n holds and is dropped.
@@ -595,7 +571,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // and drops it.
       wait_k(n + own_begin);
     }
-    if (!valid || (!kQInRegisters && generic_q()) || generic_block(own_begin)) sm90::fence_async_shared();
+    sm90::fence_async_shared();  // the copies, visible to the tensor cores' reads
     turn_begin();
     sm90::wgmma_fence();
     issue_s(n + own_begin);
@@ -658,7 +634,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int j = own_begin + 1; j < full_end; ++j) {
         wait_k(n + j);
         wait_v(n + j - 1);
-        if (generic_block(j)) sm90::fence_async_shared();  // V of block j - 1 is whole: not the item's last
+        sm90::fence_async_shared();
         turn_begin();
         sm90::wgmma_fence();
         issue_s(n + j);
@@ -687,7 +663,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // Every S of the item is done: the producer may load the next Q.
       if (!kQInRegisters && !tail) release(q_empty_now);
       wait_v(n + full_end - 1);
-      if (generic_block(full_end - 1)) sm90::fence_async_shared();
+      sm90::fence_async_shared();
       turn_begin();
       sm90::wgmma_fence();
       issue_pv(n + full_end - 1);
@@ -759,28 +735,14 @@ bool encode_map(CUtensorMap& map, const void* base, int head_dim, int heads, int
 // bucket, so no more blocks than it.
 template <typename T, int D, int Keys>
 cudaError_t launch(const KernelParams& kp, int tail_limit, dim3 grid, cudaStream_t stream) {
-  // Experiment knob (bf16 at head dims 64 and 80): VISATTN_CUDA_SM90_POLY=4 takes every 4th
-  // exponential off the MUFU (exp2_fma).
-  static const bool poly = [] {
-    const char* set = std::getenv("VISATTN_CUDA_SM90_POLY");
-    return set && std::strcmp(set, "4") == 0;
-  }();
   auto kernel = flash_fwd_sm90_kernel<T, D, Keys>;
-  if constexpr (D <= 80 && std::is_same_v<T, __nv_bfloat16>) {
-    if (poly) kernel = flash_fwd_sm90_kernel<T, D, Keys, 4>;
-  }
   // Whole Q tiles and K/V blocks by TMA (NOTES CUDA 23); test knob: VISATTN_CUDA_SM90_TMA=0
   // copies everything with cp.async, as partial tiles always are.
   static const bool tma = [] {
     const char* set = std::getenv("VISATTN_CUDA_SM90_TMA");
     return !(set && std::strcmp(set, "0") == 0);
   }();
-  static const bool fence_all = [] {
-    const char* set = std::getenv("VISATTN_CUDA_SM90_FENCE");
-    return set && std::strcmp(set, "all") == 0;
-  }();
   TensorMaps maps{};
-  maps.fence_all = fence_all;
   maps.enabled = tma &&
                  encode_map<T>(maps.q, kp.q, kp.head_dim, kp.num_heads, kp.q_token_stride, kp.q_head_stride, kGroupRows) &&
                  encode_map<T>(maps.k, kp.k, kp.head_dim, kp.num_kv_heads, kp.k_token_stride, kp.k_head_stride, Keys) &&
