@@ -183,10 +183,13 @@ def main():
     backends = BACKENDS
     if args.backends:  # in the order given: a backend's place in each round can be varied
         by_name = dict(BACKENDS)
-        unknown = [name for name in args.backends.split(",") if name not in by_name]
+        names = args.backends.split(",")
+        unknown = [name for name in names if name not in by_name]
         if unknown:
             parser.error(f"--backends: unknown {', '.join(unknown)}; known: {', '.join(by_name)}")
-        backends = [(name, by_name[name]) for name in args.backends.split(",")]
+        if len(set(names)) < len(names):
+            parser.error(f"--backends: a backend is named twice in {args.backends}")
+        backends = [(name, by_name[name]) for name in names]
 
     torch.manual_seed(0)
     gemm, bandwidth = gemm_bf16_tflops(), copy_tbps()
