@@ -275,9 +275,7 @@ MetadataLease::MetadataLease(const AttentionParams& p) : stream_(static_cast<cud
       std::span<const int32_t>(p.cu_seqlens, size_t(p.num_images + 1)));
   const Layout needed = layout_for(batch);
   std::unique_ptr<DeviceMetadata>& metadata = slot.metadata;
-  if (!metadata || metadata->layout.bytes < needed.bytes || metadata->layout.image_capacity < needed.image_capacity ||
-      metadata->layout.tile_capacity < needed.tile_capacity ||
-      metadata->layout.wide_tile_capacity < needed.wide_tile_capacity) {
+  if (!metadata || !metadata->layout.holds(needed)) {
     metadata = std::make_unique<DeviceMetadata>(device, needed, batch.max_seqlen_bucket());
     check(cudaMalloc(&metadata->buffer, needed.bytes), "cudaMalloc (batch metadata)");
   }

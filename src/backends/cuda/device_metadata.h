@@ -49,6 +49,11 @@ struct Layout {
 
   // Room for any batch of `images` images and `tokens` tokens.
   Layout(int64_t images, int64_t tokens);
+  // Whether a buffer of this layout holds every batch `other` holds.
+  bool holds(const Layout& other) const {
+    return bytes >= other.bytes && image_capacity >= other.image_capacity && tile_capacity >= other.tile_capacity &&
+           wide_tile_capacity >= other.wide_tile_capacity;
+  }
 };
 
 }  // namespace visattn::cuda
