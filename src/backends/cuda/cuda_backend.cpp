@@ -174,6 +174,9 @@ Layout layout_for(const VarlenBatch& batch) { return Layout(batch.batch_bucket()
 // used it. A call takes the next slot under the lock (held for the call) and waits only for that
 // slot's last call, so that unprepared calls queue on the stream like prepared ones instead of
 // syncing before and after each (which cost 5-8% on clip and siglip: bench/NOTES.md CUDA 29).
+// The copy runs on the ring's own upload stream, and the call's stream waits for it by an
+// event: it then lands while the kernels queued before the call still run, instead of taking
+// a copy engine's turn between them (CUDA 31).
 struct PinnedBytes {
   void* data = nullptr;
   size_t bytes = 0;
@@ -195,12 +198,13 @@ struct PinnedBytes {
 struct ScratchSlot {
   std::unique_ptr<DeviceMetadata> metadata;
   PinnedBytes staging;
-  cudaEvent_t released = nullptr;  // created on the slot's first use
+  cudaEvent_t released = nullptr;  // created on the slot's first use, with `copied`
+  cudaEvent_t copied = nullptr;    // recorded on the upload stream after the slot's copy
   ScratchSlot() = default;
   ScratchSlot(const ScratchSlot&) = delete;
   ScratchSlot& operator=(const ScratchSlot&) = delete;
   ~ScratchSlot() {
-    if (released) cudaEventDestroy(released);
+    if (released) cudaEventDestroy(released), cudaEventDestroy(copied);
   }
 };
 
@@ -209,6 +213,11 @@ constexpr int kScratchSlots = 4;
 struct ScratchRing {
   std::array<ScratchSlot, kScratchSlots> slots;
   int next = 0;
+  cudaStream_t upload = nullptr;  // created with the ring, on its device
+  ScratchRing() { check(cudaStreamCreateWithFlags(&upload, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"); }
+  ScratchRing(const ScratchRing&) = delete;
+  ScratchRing& operator=(const ScratchRing&) = delete;
+  ~ScratchRing() { cudaStreamDestroy(upload); }
 };
 
 std::mutex scratch_mutex;
@@ -269,6 +278,7 @@ MetadataLease::MetadataLease(const AttentionParams& p) : stream_(static_cast<cud
     check(cudaEventSynchronize(slot.released), "cudaEventSynchronize");  // its last call is done with it
   } else {
     check(cudaEventCreateWithFlags(&slot.released, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    check(cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming), "cudaEventCreateWithFlags");
   }
   released_ = slot.released;
   const VarlenBatch batch = VarlenBatch::from_cu_seqlens(
@@ -282,8 +292,10 @@ MetadataLease::MetadataLease(const AttentionParams& p) : stream_(static_cast<cud
   const size_t bytes = metadata->layout.bytes;
   slot.staging.reserve(bytes);
   write_device_image(batch, metadata->layout, static_cast<char*>(slot.staging.data));
-  check(cudaMemcpyAsync(metadata->buffer, slot.staging.data, bytes, cudaMemcpyHostToDevice, stream_),
+  check(cudaMemcpyAsync(metadata->buffer, slot.staging.data, bytes, cudaMemcpyHostToDevice, ring.upload),
         "cudaMemcpyAsync (batch metadata)");
+  check(cudaEventRecord(slot.copied, ring.upload), "cudaEventRecord");
+  check(cudaStreamWaitEvent(stream_, slot.copied, 0), "cudaStreamWaitEvent");
   metadata_ = metadata.get();
 }
 
