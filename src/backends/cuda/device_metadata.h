@@ -98,8 +98,9 @@ namespace visattn::cuda {
 // prepared, a scratch copy of this device's, uploaded now from pinned memory on the device's
 // upload stream, which the call's stream waits for (refused while the stream is being
 // captured, with an error that says to prepare the batch). The scratch copies are a ring
-// shared by every unprepared call on the device: the lease holds its lock, and finish() records on the stream when the call is done with its slot before
-// it lets go (the destructor does too, if a call failed half way).
+// shared by every unprepared call on the device: the lease holds its lock, and finish()
+// records on the stream when the call is done with its slot before it lets go (the destructor
+// does too, if a call failed half way).
 class MetadataLease {
  public:
   explicit MetadataLease(const AttentionParams& params);
