@@ -19,8 +19,6 @@
 //     consumers issue the next item's first S and then store this one's O from registers
 //     (packed), so that the stores run under that S.
 //   - Warpgroups whose rows see none of a key block (packed images, windows) let it pass.
-//   - An item of a few rows (kSplitRows: a class token after whole tiles) has both warpgroups
-//     on the same rows, each on every other key block; their softmaxes merge at its end.
 // Compiled for sm_90a only (its own object library in CMakeLists.txt); the host runs it on
 // compute capability 9.0 for head dims padded to 64, 80, 96 and 128 when the tensors allow
 // 16-byte copies and some image is longer than a tile (kernel_for; bench/NOTES.md CUDA
@@ -72,9 +70,6 @@ template <int D, int Keys>
 struct Registers {
   static constexpr bool kSpillsAt24 = Keys == 176 || (D == 96 && Keys == 192);
   static constexpr int kProducer = kSpillsAt24 ? 40 : 24, kConsumer = kSpillsAt24 ? 232 : 240;
-  // Whether the kernel splits items (kSplitRows): not at 80/192, where the merge made ptxas
-  // spill 44 bytes around each item's start and end.
-  static constexpr bool kSplits = !(D == 80 && Keys == 192);
   static_assert(kProducerThreads * kProducer + kConsumerThreads * kConsumer <= kThreads * kLaunchRegisters,
                 "the split fits the registers the block holds from launch");
 };
@@ -122,18 +117,11 @@ __device__ inline void store_slot(ItemSlot* slot, const ItemSlot& item, bool wri
   }
 }
 
-// An item of at most this many query rows (an image's class token after whole tiles: 1025 =
-// 8 x 128 + 1) is split by key blocks between the two warpgroups, which would otherwise leave
-// one of them idle for a whole item: each takes every other block for the same rows, and the
-// two partial softmaxes are merged at the item's end through shared memory (kSplitRows rows).
-constexpr int kSplitRows = 4;
-
 // Shared memory of head dim D (padded) and key blocks of kKeys (S is m64 x kKeys per
 // warpgroup): the Q buffers (each warpgroup's Q), then the stages (K, then V), each a tile of
-// 128-byte rows (64 elements) per 64-column atom of the head dim; then the barriers, an item
-// slot per Q buffer and a split item's merge buffer (O, max and sum of kSplitRows rows). As
-// many stages as fit, up to 4; a second Q buffer where it costs no stage (head dim 64), so that
-// the next item's Q lands while this one runs.
+// 128-byte rows (64 elements) per 64-column atom of the head dim; then the barriers and an item
+// slot per Q buffer. As many stages as fit, up to 4; a second Q buffer where it costs no stage
+// (head dim 64), so that the next item's Q lands while this one runs.
 template <int D, int Keys>
 struct Tiles {
   static constexpr int kKeys = Keys;
@@ -146,9 +134,8 @@ struct Tiles {
   // Per Q buffer: Q full/empty, slot full; per stage: K and V full/empty.
   static constexpr int kBarrierBytes = (3 * kMaxQBuffers + 4 * kMaxStages) * 8;
   static constexpr int kSlotBytes = (kMaxQBuffers * sizeof(ItemSlot) + 15) / 16 * 16;
-  static constexpr int kMergeBytes = kSplitRows * (D + 2) * 4;
   static constexpr int stages_beside(int q_buffers) {
-    const int fit = (kMaxShared - q_buffers * kQBytes - kBarrierBytes - kSlotBytes - kMergeBytes) / kStageBytes;
+    const int fit = (kMaxShared - q_buffers * kQBytes - kBarrierBytes - kSlotBytes) / kStageBytes;
     return fit < kMaxStages ? fit : kMaxStages;
   }
   static constexpr int kStages = stages_beside(1);
@@ -156,8 +143,7 @@ struct Tiles {
   static constexpr int kStagesOffset = kQBuffers * kQBytes;
   static constexpr int kBarriersOffset = kStagesOffset + kStages * kStageBytes;
   static constexpr int kSlotOffset = kBarriersOffset + kBarrierBytes;
-  static constexpr int kMergeOffset = kSlotOffset + kSlotBytes;
-  static constexpr int kBytes = kMergeOffset + kMergeBytes;
+  static constexpr int kBytes = kSlotOffset + kSlotBytes;
   static_assert(kStages >= 2 && kBytes <= kMaxShared, "the tiles fit an H100's shared memory");
 };
 
@@ -202,7 +188,7 @@ struct TensorMaps {
 
 template <typename T, int D, int Keys>
 __global__ void __launch_bounds__(kThreads, 1)
-    flash_fwd_sm90_kernel(const KernelParams p, int tail_limit, int split_rows, const __grid_constant__ TensorMaps maps) {
+    flash_fwd_sm90_kernel(const KernelParams p, int tail_limit, const __grid_constant__ TensorMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Layout = Tiles<D, Keys>;
   constexpr int kKeys = Layout::kKeys, kStages = Layout::kStages, kScores = kKeys / 2;  // S registers per thread
@@ -358,15 +344,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncwarp();
     if (lane == 0) mbarrier::arrive(barrier);
   };
-  // In a split item (below) the warp that uses a block arrives for its peer in the other
-  // warpgroup too (step = 2), which never touches it.
-  int step = 1;
-  auto release_stage = [&](uint64_t* barrier) {
-    __syncwarp();
-    if (lane == 0) mbarrier::arrive(barrier, step);
-  };
-  auto release_k = [&](int n) { release_stage(&empty_k[n % kStages]); };
-  auto release_v = [&](int n) { release_stage(&empty_v[n % kStages]); };
+  auto release_k = [&](int n) { release(&empty_k[n % kStages]); };
+  auto release_v = [&](int n) { release(&empty_v[n % kStages]); };
   // Turns: the two warpgroups take turns issuing their wgmmas (named barriers 2 and 3: a
   // warpgroup's turn begins when the other's last turn has ended), so that one's softmax runs
   // under the other's matrix work instead of both contending for the tensor cores at once.
@@ -398,7 +377,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // S = Q Kᵀ of key block n (not waited for). The first k-step overwrites s.
   // Descriptors of Q and of stage 0's K and V, made once: a tile `b` bytes further is the
   // descriptor plus b / 16 (its address field), so the wgmma loops add constants.
-  const uint32_t q_desc_first = sm90::descriptor_low(shared, 16);  // warpgroup 0's in the first Q buffer
+  const uint32_t q_desc_first = sm90::descriptor_low(q_tile, 16);  // the first Q buffer's
   uint32_t q_desc = q_desc_first;
   const uint32_t k_desc = sm90::descriptor_low(stages, 16);
   // V's second 64-column atom is LBO bytes after its first: the next atom of its tile.
@@ -549,10 +528,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   // the last item's output is stored, so that this S runs under those stores.
   int n = 0;  // n: key blocks of earlier items
   int blocks = 0, own_begin = 0, own_end = 0;
-  // A split item (kSplitRows): both warpgroups take its rows (warpgroup 1 as if it were 0) and
-  // every other key block of it: own blocks own_begin, own_begin + step, ... (step = 2); the
-  // others it waits for but does not release (their user does, for both).
-  bool split = false;
   // Keys in the last own block when they are few (at most tail_limit) and blocks before it
   // are own too: that block is added on the CUDA cores (tail_update), not on the tensor cores.
   int tail = 0;
@@ -567,23 +542,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     const bool valid = item.valid;
     own_begin = own_end = tail = 0;
     w = item.work;  // on every path, so that the consumers' w never holds the first block_work's
-    blocks = key_blocks();
-    split = Regs::kSplits && valid && w.rows <= split_rows && !w.packed && !windowed && blocks >= 2;
-    step = split ? 2 : 1;
-    const int row0 = split ? first_row % kGroupRows : first_row;
-    const int q_group = split ? 0 : group;  // whose Q this warpgroup reads
-    q_tile = shared + b * Layout::kQBytes + q_group * Layout::kGroupQBytes;
-    q_desc = q_desc_first + uint32_t((b * Layout::kQBytes + q_group * Layout::kGroupQBytes) / 16);
+    q_tile = shared + b * Layout::kQBytes + group * Layout::kGroupQBytes;
+    q_desc = q_desc_first + uint32_t(b * (Layout::kQBytes / 16));
     q_empty_now = &q_empty[b];
     if (valid) {
-      // This thread's two rows (slot h: row0 + 8 h) and the keys each sees; the key blocks some
-      // row of this warpgroup sees, [own_begin, own_end).
+      // This thread's two rows (slot h: first_row + 8 h) and the keys each sees; the key
+      // blocks some row of this warpgroup sees, [own_begin, own_end).
 #pragma unroll
-      for (int h = 0; h < 2; ++h) row_keys(p, w, row0 + 8 * h, key_min[h], key_max[h]);
-      if (split) {
-        own_begin = group, own_end = blocks;
-        if (group == 1) wait_k(n), wait_v(n);  // block 0, warpgroup 0's (see the loop)
-      } else if (group * kGroupRows < w.rows) {
+      for (int h = 0; h < 2; ++h) row_keys(p, w, first_row + 8 * h, key_min[h], key_max[h]);
+      blocks = key_blocks();
+      if (group * kGroupRows < w.rows) {
         int lo, hi, unused;
         row_keys(p, w, group * kGroupRows, lo, unused);
         row_keys(p, w, min(w.rows, (group + 1) * kGroupRows) - 1, unused, hi);
@@ -591,8 +559,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         own_end = max(own_begin, min(blocks, (hi - w.key_begin + kKeys - 1) / kKeys));
         const int last_keys = hi - (w.key_begin + (own_end - 1) * kKeys);
         if (own_end - own_begin >= 2 && last_keys <= tail_limit) tail = last_keys;
-        for (int j = 0; j < own_begin; ++j) pass_block(n + j);
       }
+      for (int j = 0; j < own_begin; ++j) pass_block(n + j);
       // Every warp waits for the item's Q, so that its "empty" arrival cannot run ahead of it.
       mbarrier::wait(&q_full[b], q_parity(round));
       // With Q in registers every thread arrives on q_empty after its own loads (one arrival
@@ -611,47 +579,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     return valid;
   };
 
-  // A split item's two partial softmaxes over the same rows (each warpgroup's own key blocks)
-  // made one: warpgroup 1 leaves its O, max and sum (the quad's) in the merge buffer, and
-  // warpgroup 0 rescales both to the larger max and adds them. Named barrier 4 (both
-  // warpgroups), again after the reads, so that a later split item's writes wait for them.
-  auto merge_split = [&] {
-    float* merged_o = reinterpret_cast<float*>(shared + Layout::kMergeOffset);  // [kSplitRows][D]
-    float* merged_max = merged_o + kSplitRows * D;
-    float* merged_sum = merged_max + kSplitRows;
-    if (group == 1) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = first_row % kGroupRows + 8 * h;
-        if (r >= w.rows) continue;
-#pragma unroll
-        for (int j = 0; j < D / 8; ++j) {
-          *reinterpret_cast<float2*>(merged_o + r * D + 8 * j + 2 * quad) = make_float2(o[4 * j + 2 * h], o[4 * j + 2 * h + 1]);
-        }
-        if (quad == 0) merged_max[r] = row_max[h], merged_sum[r] = row_sum[h];
-      }
-    }
-    asm volatile("bar.sync 4, %0;\n" ::"n"(kConsumerThreads) : "memory");
-    if (group == 0) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = first_row + 8 * h;
-        if (r >= w.rows) continue;
-        const float other_max = merged_max[r], new_max = fmaxf(row_max[h], other_max);
-        const float base = new_max == -INFINITY ? 0.0f : new_max;
-        const float mine = exp2_fast(row_max[h] - base), other = exp2_fast(other_max - base);
-#pragma unroll
-        for (int j = 0; j < D / 8; ++j) {
-          const float2 theirs = *reinterpret_cast<const float2*>(merged_o + r * D + 8 * j + 2 * quad);
-          o[4 * j + 2 * h] = fmaf(o[4 * j + 2 * h], mine, theirs.x * other);
-          o[4 * j + 2 * h + 1] = fmaf(o[4 * j + 2 * h + 1], mine, theirs.y * other);
-        }
-        row_max[h] = new_max, row_sum[h] = fmaf(row_sum[h], mine, merged_sum[r] * other);
-      }
-    }
-    asm volatile("bar.sync 4, %0;\n" ::"n"(kConsumerThreads) : "memory");
-  };
-
   // The last item's output, O / l packed to T pairs (registers no wgmma writes), stored under
   // the next item's first S (row_max and row_sum stay the last item's until then).
   BlockWork done;
@@ -661,10 +588,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int h = 0; h < 2; ++h) {
       row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
       row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
-    }
-    if (split) merge_split();
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
       const float inverse = row_sum[h] > 0.0f ? 1.0f / row_sum[h] : 0.0f;
 #pragma unroll
       for (int j = 0; j < D / 8; ++j) packed[h][j] = pack2<T>(o[4 * j + 2 * h] * inverse, o[4 * j + 2 * h + 1] * inverse);
@@ -699,32 +622,25 @@ __global__ void __launch_bounds__(kThreads, 1)
     sm90::wgmma_wait<0>();
     sm90::fence_operands(s);
     if (!more) break;
-    // The sink counts once: warpgroup 0's, in a split item.
-    const bool sinks = p.sinks && !(split && group == 1);
-    const float sink = sinks ? p.sinks[w.head * p.sinks_stride] * kLog2e : -INFINITY;
+    const float sink = p.sinks ? p.sinks[w.head * p.sinks_stride] * kLog2e : -INFINITY;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) row_max[h] = sink, row_sum[h] = sinks && quad == 0 ? 1.0f : 0.0f;
+    for (int h = 0; h < 2; ++h) row_max[h] = sink, row_sum[h] = p.sinks && quad == 0 ? 1.0f : 0.0f;
     if (own_begin < own_end) {
       clear_o();  // only now: O is no wgmma's while S is in flight (else ptxas serializes)
       release_k(n + own_begin);
       softmax(own_begin);  // O is zero: nothing to rescale
       pack_p();
       const int full_end = own_end - (tail > 0);  // blocks on the tensor cores
-      for (int j = own_begin + step; j < full_end; j += step) {
-        const int last = j - step;  // the own block before
-        // The other warpgroup's block between (split): waited for, not used, so that this
-        // warpgroup's waits on each barrier keep in step with its phases (a parity wait is only
-        // right for the current phase or the one before).
-        if (step == 2) wait_k(n + j - 1), wait_v(n + j - 1);
+      for (int j = own_begin + 1; j < full_end; ++j) {
         wait_k(n + j);
-        wait_v(n + last);
+        wait_v(n + j - 1);
         sm90::fence_async_shared();
         turn_begin();
         sm90::wgmma_fence();
         issue_s(n + j);
-        issue_pv(n + last);
+        issue_pv(n + j - 1);
         turn_end();
-        sm90::wgmma_wait<1>();  // S of block j; P V of the block before still runs
+        sm90::wgmma_wait<1>();  // S of block j; P V of block j - 1 still runs
         sm90::fence_operands(s);
         if constexpr (!kReleaseKAfterSoftmax) release_k(n + j);
         softmax(j);
@@ -736,7 +652,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         sm90::wgmma_wait<0>();
         sm90::fence_operands(o);
         sm90::fence_operands(p_now);
-        release_v(n + last);
+        release_v(n + j - 1);
         // Once a row's maximum has settled, its scale is exactly 1: most blocks skip this.
         if (__any_sync(0xffffffffu, row_scale[0] != 1.0f || row_scale[1] != 1.0f)) {
 #pragma unroll
@@ -746,17 +662,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       // Every S of the item is done: the producer may load the next Q.
       if (!kQInRegisters && !tail) release(q_empty_now);
-      const int last = own_begin + (full_end - 1 - own_begin) / step * step;  // the last own block
-      wait_v(n + last);
+      wait_v(n + full_end - 1);
       sm90::fence_async_shared();
       turn_begin();
       sm90::wgmma_fence();
-      issue_pv(n + last);
+      issue_pv(n + full_end - 1);
       turn_end();
       sm90::wgmma_wait<0>();
       sm90::fence_operands(o);
       sm90::fence_operands(p_now);
-      release_v(n + last);
+      release_v(n + full_end - 1);
       if (tail) {
         empty_turn();  // the tail block's turn, taken at once: the other warpgroup need not wait
         tail_update(n + full_end, w.key_begin + full_end * kKeys, tail);
@@ -770,15 +685,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if constexpr (!kQInRegisters) release(q_empty_now);
       empty_turn();
     }
-    if (split) {
-      // The item's last block where it is the other warpgroup's (warpgroup g owns the blocks of
-      // parity g), waited for as above. With an odd count warpgroup 1 has one block and so one
-      // turn fewer: taken empty here, so that the turns pair up.
-      if (blocks % 2 == group) wait_k(n + blocks - 1), wait_v(n + blocks - 1);
-      if (group == 1 && blocks % 2 == 1) empty_turn();
-    } else {
-      for (int j = max(own_end, own_begin + 1); j < blocks; ++j) pass_block(n + j);
-    }
+    for (int j = max(own_end, own_begin + 1); j < blocks; ++j) pass_block(n + j);
     n = (n + blocks) % (2 * kStages);  // as the producer counts
 
     pack_output();
@@ -862,12 +769,7 @@ cudaError_t launch(const KernelParams& kp, int tail_limit, dim3 grid, cudaStream
     return set ? std::max(1, std::atoi(set)) : INT_MAX;
   }();
   grid.x = std::min<unsigned>(grid.x, unsigned(std::min(sms, cap)));
-  // Experiment knob: VISATTN_CUDA_SM90_SPLIT=0 splits no item (kSplitRows).
-  static const int split_rows = [] {
-    const char* set = std::getenv("VISATTN_CUDA_SM90_SPLIT");
-    return set && std::strcmp(set, "0") == 0 ? 0 : kSplitRows;
-  }();
-  kernel<<<grid, kThreads, kBytes, stream>>>(kp, tail_limit, split_rows, maps);
+  kernel<<<grid, kThreads, kBytes, stream>>>(kp, tail_limit, maps);
   return cudaGetLastError();
 }
 

@@ -22,11 +22,6 @@ __device__ inline void arrive(uint64_t* barrier) {
                : "memory");
 }
 
-// `count` arrivals at once (sm90): one thread standing in for others.
-__device__ inline void arrive(uint64_t* barrier, uint32_t count) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;\n" ::"r"(address(barrier)), "r"(count) : "memory");
-}
-
 // One arrival of this thread once its earlier cp.async copies have landed (the barrier's count
 // includes it: noinc).
 __device__ inline void arrive_on_copies(uint64_t* barrier) {
