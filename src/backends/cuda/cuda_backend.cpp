@@ -40,21 +40,27 @@ Tile tile_of(int first_image, int end_image, int first_row) {
 }
 
 std::vector<Tile> schedule_of(const VarlenBatch& batch, int tile_rows) {
-  std::vector<std::pair<int64_t, std::vector<Tile>>> groups;  // (cost, tiles)
+  // A group: images [first_image, end_image) in `tiles` tiles (one, for a pack). Plain values,
+  // so that an unprepared call's schedule costs no allocation per image (bench/NOTES.md CUDA 35).
+  struct Group {
+    int64_t cost;  // sum of squared image lengths
+    int first_image, end_image, tiles;
+  };
+  std::vector<Group> groups;
   const std::span<const int32_t> lengths = batch.lengths();
-  int pack_first = -1, pack_tokens = 0;
+  int pack_first = -1, pack_tokens = 0, tile_count = 0;
   int64_t pack_cost = 0;
   auto close_pack = [&](int end) {
-    if (pack_tokens > 0) groups.push_back({pack_cost, {tile_of(pack_first, end, 0)}});
+    if (pack_tokens > 0) groups.push_back({pack_cost, pack_first, end, 1}), ++tile_count;
     pack_first = -1, pack_tokens = 0, pack_cost = 0;
   };
   for (int image = 0; image < int(lengths.size()); ++image) {
     const int n = lengths[image];
     if (n > tile_rows) {
       close_pack(image);
-      std::vector<Tile> tiles;
-      for (int q0 = 0; q0 < n; q0 += tile_rows) tiles.push_back(tile_of(image, image + 1, q0));
-      groups.push_back({int64_t(n) * n, std::move(tiles)});
+      const int tiles = (n + tile_rows - 1) / tile_rows;
+      groups.push_back({int64_t(n) * n, image, image + 1, tiles});
+      tile_count += tiles;
       continue;
     }
     // A pack holds tile_rows images at most, so that the kernel's search of a row's image is
@@ -65,13 +71,14 @@ std::vector<Tile> schedule_of(const VarlenBatch& batch, int tile_rows) {
     pack_cost += int64_t(n) * n;
   }
   close_pack(int(lengths.size()));
-  std::stable_sort(groups.begin(), groups.end(),
-                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::stable_sort(groups.begin(), groups.end(), [](const Group& a, const Group& b) { return a.cost > b.cost; });
   std::vector<Tile> schedule;
-  for (auto& [cost, tiles] : groups) {
+  schedule.reserve(size_t(tile_count));
+  for (const Group& group : groups) {
     const int first = int(schedule.size());
-    for (Tile& tile : tiles) {
-      tile.group_first = first, tile.group_size = int(tiles.size());
+    for (int t = 0; t < group.tiles; ++t) {
+      Tile tile = tile_of(group.first_image, group.end_image, t * tile_rows);
+      tile.group_first = first, tile.group_size = group.tiles;
       schedule.push_back(tile);
     }
   }
