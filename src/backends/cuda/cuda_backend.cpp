@@ -51,7 +51,10 @@ std::vector<Tile> schedule_of(const VarlenBatch& batch, int tile_rows) {
   int pack_first = -1, pack_tokens = 0, tile_count = 0;
   int64_t pack_cost = 0;
   auto close_pack = [&](int end) {
-    if (pack_tokens > 0) groups.push_back({pack_cost, pack_first, end, 1}), ++tile_count;
+    if (pack_tokens > 0) {
+      groups.push_back({pack_cost, pack_first, end, 1});
+      ++tile_count;
+    }
     pack_first = -1, pack_tokens = 0, pack_cost = 0;
   };
   for (int image = 0; image < int(lengths.size()); ++image) {
