@@ -148,6 +148,11 @@ log "compute-sanitizer (memcheck, racecheck) on a reduced suite"
 for tool in memcheck racecheck; do
   if [ -n "${SHORT:-}" ]; then sanitize_cuda $tool forced $FORCED_SM90; else sanitize_cuda_both $tool; fi
 done
+# The adversarial gtests' shapes (class-token tails, tiny segments) on the forced sm90 kernel:
+# racecheck over the cuda backend's cases, which the 12 random check cases above do not meet.
+env $FORCED_SM90 timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 build/tests/visattn_tests \
+  --gtest_filter='*AdversarialShapes*cuda_class_token*bf16:*AdversarialShapes*cuda_tile_edges*bf16:*AdversarialShapes*cuda_head_dim_128*bf16' > "$LOGS/sanitizer_racecheck_gtests.log" 2>&1
+echo "racecheck forced gtests rc=$? $(grep -E 'RACECHECK SUMMARY' "$LOGS/sanitizer_racecheck_gtests.log" | tail -1) $(grep -E 'tests ran|PASSED|FAILED' "$LOGS/sanitizer_racecheck_gtests.log" | head -2 | tr '\n' ' ')" | tee -a "$OUT/summary.txt"
 # cudnn: does a ragged call read or write past an image (the last one, at the tensor's end)?
 compute-sanitizer --tool memcheck --error-exitcode 9 build/visattn check --backend cudnn --cases 12 --seed 3 \
   > "$LOGS/sanitizer_memcheck_cudnn.log" 2>&1; echo "memcheck cudnn rc=$? $(grep -E 'ERROR SUMMARY' "$LOGS/sanitizer_memcheck_cudnn.log" | tail -1)" | tee -a "$OUT/summary.txt"
