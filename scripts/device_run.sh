@@ -50,7 +50,10 @@ ARCHS=${ARCHS:-90-real}  # the H200; CI and `make` build every architecture
 # SANITIZER_ONLY=1: the CLI alone, then memcheck and racecheck on the cuda backend (as below, and
 # on the sm90 kernel forced onto 7 blocks, where every block walks many items) and one forced
 # check; nothing else (a quick look at a change to the kernel's synchronization).
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DVISATTN_CUDA_ARCHITECTURES="$ARCHS" > "$LOGS/build.log" 2>&1 && \
+# PROFILE_SOURCE: line info in the kernels (no change to their code), so that each SASS address
+# maps to a source line (logs/sm90_lines.sass, below).
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DVISATTN_CUDA_ARCHITECTURES="$ARCHS" \
+  ${PROFILE_SOURCE:+-DCMAKE_CUDA_FLAGS=-lineinfo} > "$LOGS/build.log" 2>&1 && \
   cmake --build build -j "$(nproc)" ${SANITIZER_ONLY:+--target visattn_cli} >> "$LOGS/build.log" 2>&1 || { tail -30 "$LOGS/build.log"; exit 1; }
 build/visattn info | tee -a "$OUT/summary.txt"
 
@@ -232,6 +235,10 @@ fi
 # PROFILE_SOURCE=workload[,..]: where one cuda kernel launch's warps stall, per SASS instruction
 # (ncu's source page as CSV in the logs: sampled stall reasons by instruction).
 PROFILE_SOURCE=${PROFILE_SOURCE:-}
+if [ -n "$PROFILE_SOURCE" ] && [ -n "${sm90_object:-}" ]; then  # the sm90 SASS with its source lines
+  (mkdir -p /tmp/sm90_cubin && cd /tmp/sm90_cubin && cuobjdump -xelf all "$OLDPWD/$sm90_object" > /dev/null &&
+    nvdisasm -g -c ./*.cubin > "$LOGS/sm90_lines.sass" 2>&1)
+fi
 for workload in ${PROFILE_SOURCE//,/ }; do
   log "ncu source counters: one cuda kernel launch of $workload"
   ncu_one_launch --section WarpStateStats --section SourceCounters -o "$LOGS/source_$workload" \
