@@ -520,11 +520,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
-    // Every lane's loads above, then the warps' arrivals: ordered by a barrier over the
-    // warpgroup (named barrier 5 + group), which racecheck follows; after only the arrivals'
-    // __syncwarp it reported the producer's next copies into the stage as hazards.
-    if (group == 0) asm volatile("bar.sync 5, 128;\n" ::: "memory");
-    else asm volatile("bar.sync 6, 128;\n" ::: "memory");
     release_k(n), release_v(n);
   };
 
