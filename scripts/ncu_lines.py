@@ -29,7 +29,7 @@ def read_samples(path):
     base = int(body[0][0], 16)
     samples = {}
     for r in body:
-        samples[int(r[0], 16) - base] = (int(r[col_samples] or 0), int(r[col_executed] or 0), r[1].strip())
+        samples[int(r[0], 16) - base] = (int(r[col_samples] or 0), int(r[col_executed] or 0))
     return kernel, samples
 
 
@@ -83,7 +83,7 @@ def main():
         sys.exit(f"no line info for {kernel} in {args.sass}")
     by_line, executed = collections.Counter(), collections.Counter()
     by_caller, executed_caller = collections.Counter(), collections.Counter()
-    for offset, (n, e, _) in samples.items():
+    for offset, (n, e) in samples.items():
         key = where.get(offset, ("?", 0))
         by_line[key] += n
         executed[key] += e
