@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The s20 device call for the solo-items experiment (VISATTN_CUDA_SM90_SOLO) and the drop-rows
-# diagnostic (bench/experiments/s20-drop-rows.patch applied): builds the Python module and the
+# diagnostic (bench/experiments/s20-solo-and-drop.patch applied to the tree first): builds the Python module and the
 # CLI only (no tests: the session had 450 s of device time left), checks the solo items on the
 # default and the forced kernel, and benches clip, internvit and a token under each, per variant.
 set -uo pipefail
