@@ -7,6 +7,10 @@
 //      MN-major (head dim contiguous), 128-byte swizzle, transposed-B flag; two candidate
 //      readings of the descriptor's byte offsets (LBO/SBO) for the K direction.
 //   3. Throughput of back-to-back m64n64k16 wgmmas (2 warpgroups a block, 2 blocks an SM).
+//   4. The roles swapped, for a few query rows (m64n8k16, both operands in shared memory):
+//      Sᵀ = K Qᵀ with K (64 keys) as A and 8 Q rows as B, both K-major as TMA lands them; and
+//      Oᵀ = Vᵀ Pᵀ with V as A, MN-major (transposed-A flag; two readings of LBO/SBO, as in 2),
+//      and Pᵀ as B, K-major (8 rows of keys, 128-byte swizzle).
 // Build and run (on the GPU machine): bash scripts/wgmma_probe/run.sh
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -122,6 +126,68 @@ __global__ void pv_kernel(const float* p, const __nv_bfloat16* v, float* o, int 
   }
 }
 
+// 4a. st[64 keys][8 rows] = k[64][kD] · q[8][kD]ᵀ: K as A (M = keys), the first 8 Q rows as B.
+__global__ void st_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k, float* st) {
+  __shared__ __align__(1024) unsigned char q_tile[64 * kD * 2], k_tile[kKeys * kD * 2];
+  for (int i = threadIdx.x; i < 64 * kD; i += blockDim.x) {
+    const int r = i / kD, c = i % kD;
+    *reinterpret_cast<__nv_bfloat16*>(q_tile + swizzled(r, c, 64)) = q[i];
+    *reinterpret_cast<__nv_bfloat16*>(k_tile + swizzled(r, c, kKeys)) = k[i];
+  }
+  fence_async_shared();
+  __syncthreads();
+  float d[4] = {};
+  wgmma_fence();
+  for (int kk = 0; kk < kD / 16; ++kk) {
+    const int atom = kk * 16 / 64, inside = kk % 4 * 32;
+    const uint64_t da = descriptor(k_tile + atom * kKeys * 128 + inside, 16, 1024, 1);
+    const uint64_t db = descriptor(q_tile + atom * 64 * 128 + inside, 16, 1024, 1);
+    wgmma_ss_m64n8k16<0, 0>(d, da, db, kk > 0);
+  }
+  wgmma_commit();
+  wgmma_wait_all();
+  for (int i = 0; i < 4; ++i) {
+    int row, col;
+    accumulator_position(i, row, col);
+    st[row * 8 + col] = d[i];
+  }
+}
+
+// 4b. ot[kD][8 rows] = v[kKeys][kD]ᵀ · p[8][kKeys]ᵀ: V as A, MN-major (head dim contiguous, as
+// the stage holds it), one m64 per 64-column atom; Pᵀ as B from a tile of 8 rows of keys,
+// K-major. The K-direction offset between 8-key groups of A (1024 bytes) as LBO (candidate 0)
+// or SBO (candidate 1).
+__global__ void ot_kernel(const float* p, const __nv_bfloat16* v, float* ot, int candidate) {
+  __shared__ __align__(1024) unsigned char v_tile[kKeys * kD * 2], p_tile[8 * kKeys * 2];
+  for (int i = threadIdx.x; i < kKeys * kD; i += blockDim.x) {
+    const int key = i / kD, c = i % kD;
+    *reinterpret_cast<__nv_bfloat16*>(v_tile + swizzled(key, c, kKeys)) = v[i];
+  }
+  for (int i = threadIdx.x; i < 8 * kKeys; i += blockDim.x) {
+    const int r = i / kKeys, key = i % kKeys;
+    *reinterpret_cast<__nv_bfloat16*>(p_tile + swizzled(r, key, 8)) = __float2bfloat16(p[r * kKeys + key]);
+  }
+  fence_async_shared();
+  __syncthreads();
+  for (int m_atom = 0; m_atom < kD / 64; ++m_atom) {
+    float d[4] = {};
+    wgmma_fence();
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      const unsigned char* start = v_tile + m_atom * kKeys * 128 + kk * 16 * 128;
+      const uint64_t da = candidate == 0 ? descriptor(start, 1024, 8192, 1) : descriptor(start, 8192, 1024, 1);
+      const uint64_t db = descriptor(p_tile + kk * 16 / 64 * 8 * 128 + kk % 4 * 32, 16, 1024, 1);
+      wgmma_ss_m64n8k16<1, 0>(d, da, db, kk > 0);
+    }
+    wgmma_commit();
+    wgmma_wait_all();
+    for (int i = 0; i < 4; ++i) {
+      int row, col;
+      accumulator_position(i, row, col);
+      ot[(m_atom * 64 + row) * 8 + col] = d[i];
+    }
+  }
+}
+
 // 3. Back-to-back wgmmas on resident tiles: 4 k-steps of m64n64k16 per iteration.
 __global__ void throughput_kernel(int iterations, float* sink) {
   __shared__ __align__(1024) unsigned char a_tile[64 * 64 * 2], b_tile[64 * 64 * 2];
@@ -149,7 +215,7 @@ __global__ void throughput_kernel(int iterations, float* sink) {
 float bf16_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
 
 int main(int argc, char** argv) {
-  // One check per process (an illegal descriptor poisons the context): qk, pv0, pv1 or throughput.
+  // One check per process (an illegal descriptor poisons the context): qk, pv0, pv1, st, ot0, ot1 or throughput.
   const std::string mode = argc > 1 ? argv[1] : "qk";
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;
@@ -207,6 +273,42 @@ int main(int argc, char** argv) {
     }
     std::printf("2. P V, RS, V MN-major, 128B swizzle, transposed B, 8-key groups 1024 B apart as %s: "
                 "max error %.3g (%s)\n", candidate == 0 ? "LBO" : "SBO", err, err < 1e-2 ? "OK" : "WRONG");
+  }
+
+  if (mode == "st") {
+    st_kernel<<<1, 128>>>(dq, dk, ds);
+    CHECK(cudaDeviceSynchronize());
+    std::vector<float> st(64 * 8);
+    CHECK(cudaMemcpy(st.data(), ds, st.size() * 4, cudaMemcpyDeviceToHost));
+    double err = 0;
+    for (int j = 0; j < kKeys; ++j) {
+      for (int r = 0; r < 8; ++r) {
+        double ref = 0;
+        for (int c = 0; c < kD; ++c) ref += double(kf[j * kD + c]) * qf[r * kD + c];
+        err = std::max(err, std::fabs(ref - st[j * 8 + r]));
+      }
+    }
+    std::printf("4a. K Q^T (roles swapped), m64n8k16 SS, both K-major: max error %.3g (%s)\n", err,
+                err < 1e-2 ? "OK" : "WRONG");
+  }
+
+  for (int candidate = 0; candidate < 2; ++candidate) {
+    if (mode != "ot" + std::to_string(candidate)) continue;
+    CHECK(cudaMemset(dout, 0, kD * 8 * 4));
+    ot_kernel<<<1, 128>>>(dp, dv, dout, candidate);
+    CHECK(cudaDeviceSynchronize());
+    std::vector<float> ot(kD * 8);
+    CHECK(cudaMemcpy(ot.data(), dout, ot.size() * 4, cudaMemcpyDeviceToHost));
+    double err = 0;
+    for (int c = 0; c < kD; ++c) {
+      for (int r = 0; r < 8; ++r) {
+        double ref = 0;
+        for (int j = 0; j < kKeys; ++j) ref += double(vf[j * kD + c]) * pf[r * kKeys + j];
+        err = std::max(err, std::fabs(ref - ot[c * 8 + r]));
+      }
+    }
+    std::printf("4b. V^T P^T (roles swapped), m64n8k16 SS, V MN-major as A (transposed A), 8-key groups 1024 B "
+                "apart as %s: max error %.3g (%s)\n", candidate == 0 ? "LBO" : "SBO", err, err < 1e-2 ? "OK" : "WRONG");
   }
 
   if (mode != "throughput") return 0;
