@@ -62,9 +62,9 @@ __device__ void accumulator_position(int i, int& row, int& col) {
 constexpr int kD = 128;  // head dim of check 1
 constexpr int kKeys = 64;
 
-// 1. s[64][64] = q[64][kD] · k[64][kD]ᵀ.
-__global__ void qk_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k, float* s) {
-  __shared__ __align__(1024) unsigned char q_tile[64 * kD * 2], k_tile[kKeys * kD * 2];
+// q[64][kD] and k[kKeys][kD] into their swizzled tiles, visible to the tensor cores.
+__device__ void swizzle_q_and_k(const __nv_bfloat16* q, const __nv_bfloat16* k, unsigned char* q_tile,
+                                unsigned char* k_tile) {
   for (int i = threadIdx.x; i < 64 * kD; i += blockDim.x) {
     const int r = i / kD, c = i % kD;
     *reinterpret_cast<__nv_bfloat16*>(q_tile + swizzled(r, c, 64)) = q[i];
@@ -72,21 +72,40 @@ __global__ void qk_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k, float*
   }
   fence_async_shared();
   __syncthreads();
-  float d[32] = {};
+}
+
+// Waits for the issued wgmmas and writes their m64nN accumulators (N / 2 registers a thread) to
+// out[64][N].
+template <int kRegisters>
+__device__ void finish(const float (&d)[kRegisters], float* out) {
+  wgmma_commit();
+  wgmma_wait_all();
+  for (int i = 0; i < kRegisters; ++i) {
+    int row, col;
+    accumulator_position(i, row, col);
+    out[row * 2 * kRegisters + col] = d[i];
+  }
+}
+
+// 1. s[64][64] = q[64][kD] · k[64][kD]ᵀ; swapped (4a): st[64 keys][8 rows] = k · q[8][kD]ᵀ, K
+// as A (M = keys) and the first 8 Q rows as B (N = 8), both K-major.
+template <bool kSwapped>
+__global__ void qk_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k, float* s) {
+  __shared__ __align__(1024) unsigned char q_tile[64 * kD * 2], k_tile[kKeys * kD * 2];
+  swizzle_q_and_k(q, k, q_tile, k_tile);
+  float d[kSwapped ? 4 : 32] = {};
   wgmma_fence();
   for (int kk = 0; kk < kD / 16; ++kk) {
     const int atom = kk * 16 / 64, inside = kk % 4 * 32;  // column atom, bytes into the 128-byte row
-    const uint64_t da = descriptor(q_tile + atom * 64 * 128 + inside, 16, 1024, 1);
-    const uint64_t db = descriptor(k_tile + atom * kKeys * 128 + inside, 16, 1024, 1);
-    wgmma_ss_m64n64k16<0>(d, da, db, kk > 0);
+    const uint64_t dq = descriptor(q_tile + atom * 64 * 128 + inside, 16, 1024, 1);
+    const uint64_t dk = descriptor(k_tile + atom * kKeys * 128 + inside, 16, 1024, 1);
+    if constexpr (kSwapped) {
+      wgmma_ss_m64n8k16<0, 0>(d, dk, dq, kk > 0);
+    } else {
+      wgmma_ss_m64n64k16<0>(d, dq, dk, kk > 0);
+    }
   }
-  wgmma_commit();
-  wgmma_wait_all();
-  for (int i = 0; i < 32; ++i) {
-    int row, col;
-    accumulator_position(i, row, col);
-    s[row * kKeys + col] = d[i];
-  }
+  finish(d, s);
 }
 
 __device__ uint32_t pack_bf16(float lo, float hi) {
@@ -126,33 +145,6 @@ __global__ void pv_kernel(const float* p, const __nv_bfloat16* v, float* o, int 
   }
 }
 
-// 4a. st[64 keys][8 rows] = k[64][kD] · q[8][kD]ᵀ: K as A (M = keys), the first 8 Q rows as B.
-__global__ void st_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k, float* st) {
-  __shared__ __align__(1024) unsigned char q_tile[64 * kD * 2], k_tile[kKeys * kD * 2];
-  for (int i = threadIdx.x; i < 64 * kD; i += blockDim.x) {
-    const int r = i / kD, c = i % kD;
-    *reinterpret_cast<__nv_bfloat16*>(q_tile + swizzled(r, c, 64)) = q[i];
-    *reinterpret_cast<__nv_bfloat16*>(k_tile + swizzled(r, c, kKeys)) = k[i];
-  }
-  fence_async_shared();
-  __syncthreads();
-  float d[4] = {};
-  wgmma_fence();
-  for (int kk = 0; kk < kD / 16; ++kk) {
-    const int atom = kk * 16 / 64, inside = kk % 4 * 32;
-    const uint64_t da = descriptor(k_tile + atom * kKeys * 128 + inside, 16, 1024, 1);
-    const uint64_t db = descriptor(q_tile + atom * 64 * 128 + inside, 16, 1024, 1);
-    wgmma_ss_m64n8k16<0, 0>(d, da, db, kk > 0);
-  }
-  wgmma_commit();
-  wgmma_wait_all();
-  for (int i = 0; i < 4; ++i) {
-    int row, col;
-    accumulator_position(i, row, col);
-    st[row * 8 + col] = d[i];
-  }
-}
-
 // 4b. ot[kD][8 rows] = v[kKeys][kD]ᵀ · p[8][kKeys]ᵀ: V as A, MN-major (head dim contiguous, as
 // the stage holds it), one m64 per 64-column atom; Pᵀ as B from a tile of 8 rows of keys,
 // K-major. The K-direction offset between 8-key groups of A (1024 bytes) as LBO (candidate 0)
@@ -178,13 +170,7 @@ __global__ void ot_kernel(const float* p, const __nv_bfloat16* v, float* ot, int
       const uint64_t db = descriptor(p_tile + kk * 16 / 64 * 8 * 128 + kk % 4 * 32, 16, 1024, 1);
       wgmma_ss_m64n8k16<1, 0>(d, da, db, kk > 0);
     }
-    wgmma_commit();
-    wgmma_wait_all();
-    for (int i = 0; i < 4; ++i) {
-      int row, col;
-      accumulator_position(i, row, col);
-      ot[(m_atom * 64 + row) * 8 + col] = d[i];
-    }
+    finish(d, ot + m_atom * 64 * 8);
   }
 }
 
@@ -214,6 +200,18 @@ __global__ void throughput_kernel(int iterations, float* sink) {
 
 float bf16_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
 
+// The largest |reference(i, j) - out[i][j]| of a rows x cols result on the device.
+template <class Reference>
+double max_error(const float* device, int rows, int cols, Reference reference) {
+  std::vector<float> out(size_t(rows) * cols);
+  CHECK(cudaMemcpy(out.data(), device, out.size() * 4, cudaMemcpyDeviceToHost));
+  double err = 0;
+  for (int i = 0; i < rows; ++i) {
+    for (int j = 0; j < cols; ++j) err = std::max(err, std::fabs(reference(i, j) - out[size_t(i) * cols + j]));
+  }
+  return err;
+}
+
 int main(int argc, char** argv) {
   // One check per process (an illegal descriptor poisons the context): qk, pv0, pv1, st, ot0, ot1 or throughput.
   const std::string mode = argc > 1 ? argv[1] : "qk";
@@ -241,7 +239,7 @@ int main(int argc, char** argv) {
   CHECK(cudaMemcpy(dp, pf.data(), pf.size() * 4, cudaMemcpyHostToDevice));
 
   if (mode == "qk") {
-  qk_kernel<<<1, 128>>>(dq, dk, ds);
+  qk_kernel<false><<<1, 128>>>(dq, dk, ds);
   CHECK(cudaDeviceSynchronize());
   std::vector<float> s(64 * kKeys);
   CHECK(cudaMemcpy(s.data(), ds, s.size() * 4, cudaMemcpyDeviceToHost));
@@ -276,18 +274,13 @@ int main(int argc, char** argv) {
   }
 
   if (mode == "st") {
-    st_kernel<<<1, 128>>>(dq, dk, ds);
+    qk_kernel<true><<<1, 128>>>(dq, dk, ds);
     CHECK(cudaDeviceSynchronize());
-    std::vector<float> st(64 * 8);
-    CHECK(cudaMemcpy(st.data(), ds, st.size() * 4, cudaMemcpyDeviceToHost));
-    double err = 0;
-    for (int j = 0; j < kKeys; ++j) {
-      for (int r = 0; r < 8; ++r) {
-        double ref = 0;
-        for (int c = 0; c < kD; ++c) ref += double(kf[j * kD + c]) * qf[r * kD + c];
-        err = std::max(err, std::fabs(ref - st[j * 8 + r]));
-      }
-    }
+    const double err = max_error(ds, kKeys, 8, [&](int j, int r) {
+      double ref = 0;
+      for (int c = 0; c < kD; ++c) ref += double(kf[j * kD + c]) * qf[r * kD + c];
+      return ref;
+    });
     std::printf("4a. K Q^T (roles swapped), m64n8k16 SS, both K-major: max error %.3g (%s)\n", err,
                 err < 1e-2 ? "OK" : "WRONG");
   }
@@ -297,16 +290,11 @@ int main(int argc, char** argv) {
     CHECK(cudaMemset(dout, 0, kD * 8 * 4));
     ot_kernel<<<1, 128>>>(dp, dv, dout, candidate);
     CHECK(cudaDeviceSynchronize());
-    std::vector<float> ot(kD * 8);
-    CHECK(cudaMemcpy(ot.data(), dout, ot.size() * 4, cudaMemcpyDeviceToHost));
-    double err = 0;
-    for (int c = 0; c < kD; ++c) {
-      for (int r = 0; r < 8; ++r) {
-        double ref = 0;
-        for (int j = 0; j < kKeys; ++j) ref += double(vf[j * kD + c]) * pf[r * kKeys + j];
-        err = std::max(err, std::fabs(ref - ot[c * 8 + r]));
-      }
-    }
+    const double err = max_error(dout, kD, 8, [&](int c, int r) {
+      double ref = 0;
+      for (int j = 0; j < kKeys; ++j) ref += double(vf[j * kD + c]) * pf[r * kKeys + j];
+      return ref;
+    });
     std::printf("4b. V^T P^T (roles swapped), m64n8k16 SS, V MN-major as A (transposed A), 8-key groups 1024 B "
                 "apart as %s: max error %.3g (%s)\n", candidate == 0 ? "LBO" : "SBO", err, err < 1e-2 ? "OK" : "WRONG");
   }
