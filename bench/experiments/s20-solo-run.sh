@@ -16,6 +16,8 @@ say() { echo "== $*" | tee -a "$OUT/summary.txt"; }
 check() { env "$@" timeout 120 build/visattn check --backend cuda --cases 100 --seed 11 2>&1 | tail -1 | tee -a "$OUT/summary.txt"; }
 say "check solo 4"; check VISATTN_CUDA_SM90_SOLO=4
 say "check solo 64 (no turns anywhere), forced on 7 blocks"; check VISATTN_CUDA_SM90_SOLO=64 VISATTN_CUDA_SM90=1 VISATTN_CUDA_SM90_GRID=7
+# S20_CHECKS="VAR=value[,VAR=value] ...": more checks on the forced kernel (s20-few-rows.patch's path).
+for c in ${S20_CHECKS:-}; do say "check $c, forced on 7 blocks"; check ${c//,/ } VISATTN_CUDA_SM90=1 VISATTN_CUDA_SM90_GRID=7; done
 # S20_VARIANTS: fewer variants where device time is short.
 for v in ${S20_VARIANTS:-base:VISATTN_AB=0 solo4:VISATTN_CUDA_SM90_SOLO=4 drop4:VISATTN_CUDA_SM90_DROP_ROWS=4 \
          base2:VISATTN_AB=0 solo4b:VISATTN_CUDA_SM90_SOLO=4}; do
