@@ -120,7 +120,7 @@ log "check cuda, the sm90 (wgmma) kernel on every batch (VISATTN_CUDA_SM90=1) on
 # A timeout: a wrong barrier phase in a new kernel hangs instead of failing. Seven blocks: each
 # walks many items of the persistent grid (the full grid runs in the check above). Each key
 # block size on every batch, whatever the lengths would pick; then a last block of up to 100
-# keys on the CUDA cores (the tail path; by default at most 4); then every tile copied by
+# keys on the tail path (mma.sync; by default at most 4); then every tile copied by
 # cp.async (TMA off: the path of partial tiles, and of a driver that encodes no tensor map).
 for keys in 128 wide tail $([ -n "${SHORT:-}" ] || echo copies); do
   setting=$(case $keys in tail) echo VISATTN_CUDA_SM90_TAIL=100 ;; copies) echo VISATTN_CUDA_SM90_TMA=0 ;; esac)
@@ -152,7 +152,7 @@ for tool in memcheck racecheck; do
   if [ -n "${SHORT:-}" ]; then sanitize_cuda $tool forced $FORCED_SM90; else sanitize_cuda_both $tool; fi
 done
 # The adversarial gtests' shapes (class-token tails, tile and key-block edges) on the forced sm90
-# kernel: racecheck over cases the 12 random check cases above do not meet. The CUDA-core tail
+# kernel: racecheck over cases the 12 random check cases above do not meet. The tail path
 # is off: its loads, ordered before one lane's "empty" arrival by __syncwarp, are hazards to
 # racecheck, which follows only per-thread arrivals (bench/NOTES.md CUDA 34, 36).
 env $FORCED_SM90 VISATTN_CUDA_SM90_TAIL=0 timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 build/tests/visattn_tests \

@@ -80,7 +80,7 @@ const Adversarial kAdversarial[] = {
     {"head_dim_128_key_block_edges", {352, 353, 528, 529}, 2, 2, 128},
     {"head_dim_80_key_block_edges", {192, 193, 384, 385, 576}, 2, 1, 80},
     // A last query tile of 1-5 rows after whole 128-row tiles (a class token): on sm90 an item
-    // for one warpgroup, and with 1025/129/257 a last key block of one key (the CUDA-core tail).
+    // for one warpgroup, and with 1025/129/257 a last key block of one key (the mma.sync tail).
     {"class_token_tails_head_dim_128", {1025, 129, 132, 133, 257}, 4, 2, 128},
     {"class_token_tails_head_dim_64", {257, 131, 577, 260}, 2, 2, 64},
     // 8.5 MB of bf16 output (17 MB of fp32): the cpu backend streams it past the caches

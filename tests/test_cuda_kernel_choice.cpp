@@ -37,7 +37,7 @@ TEST(CudaKernelChoice, WideKeyBlocksWhereTheyPadLittle) {
   EXPECT_EQ(choice(true, 128, 90, repeat(16384, 4)), Kernel::sm90_wide_keys);  // hd128-long4
   EXPECT_EQ(choice(true, 80, 90, repeat(729, 64)), Kernel::sm90_wide_keys);    // siglip (72)
   EXPECT_EQ(choice(true, 80, 90, {16384, 12544, 9216, 6400}), Kernel::sm90_wide_keys);
-  // clip: 3 blocks of 192 and a class token on the CUDA cores (a tail of at most 4 keys is
+  // clip: 3 blocks of 192 and a class token by mma.sync (a tail of at most 4 keys is
   // free), 576 keys against 640.
   EXPECT_EQ(choice(true, 64, 90, repeat(577, 64)), Kernel::sm90_wide_keys);
   EXPECT_EQ(choice(true, 80, 90, repeat(577, 64)), Kernel::sm90_wide_keys);

@@ -363,7 +363,7 @@ std::string describe() {
                 "; on sm90 warp-specialized wgmma tiles of 128 rows loaded by TMA (head dims 64-128, 16-byte aligned tensors, "
                 "an image longer than 128 tokens; VISATTN_CUDA_SM90=0 turns them off) and 128 keys, 176 or 192 "
                 "where the images' lengths pad them little; a last block of at most ", kSm90TailKeys,
-                " keys (a class token) on the CUDA cores",
+                " keys (a class token) by mma.sync, not a block of wgmmas",
 #endif
                 "; tiles heaviest first, short images packed; head_dim rounded up to 32/64/80/96/128/256");
 }

@@ -465,58 +465,78 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
 
   // The last own key block n when it holds `keys` keys (tail > 0): the class token of a
-  // 577-token image (3 blocks of 192 and one key) costs a rank-one update here, not a fourth block of
-  // wgmmas. Each quad of lanes holds its two rows' columns 8 j + 2 quad + {0, 1}: it dots them
-  // with each key's (two shuffles complete the row), folds the score into the running max and
-  // sum as the softmax does, and adds the key's V row. Runs after the last P V: O is complete.
+  // 577-token image (3 blocks of 192 and one key) costs a few mma.sync here, not a fourth block
+  // of wgmmas with its turn. 8 keys at a time, a warp's 16 rows by 8 keys are one m16n8 tile:
+  // S as D / 16 m16n8k16 MMAs (A: Q, whose wgmma A fragments are mma's; B: 8 rows of K by
+  // ldmatrix), the main loop's softmax on its 4 scores a thread, then P V as D / 8 m16n8k8 MMAs
+  // into O itself (a warp's share of a wgmma accumulator is mma's m16n8 C layout, n-block by
+  // n-block). Runs after the last P V: O is complete.
   auto tail_update = [&](int n, int kb, int keys) {
     wait_k(n), wait_v(n);
     const unsigned char* k_tile = stages + n % kStages * Layout::kStageBytes;
     const unsigned char* v_tile = k_tile + Layout::kKVBytes;
-    auto pair = [&](const unsigned char* tile, int row, int j, int rows) {
-      return unpack2<T>(*reinterpret_cast<const uint32_t*>(tile + chunk_offset(row, j, rows) + 4 * quad));
+    // ldmatrix's address for this lane: row `row` + lane % 8 of chunk c + lane / 8 (x4: 4 chunks).
+    auto rows8 = [&](const unsigned char* tile, int row, int c) {
+      return tile + chunk_offset(row + lane % 8, c + lane / 8, kKeys);
     };
-    float2 q[2][D / 8];
+    auto q_step = [&](uint32_t(&a)[4], int kk) {  // Q's A fragment of k-step kk
+      if constexpr (kQInRegisters) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
+        for (int e = 0; e < 4; ++e) a[e] = q_fragments[kk][e];
+      } else {
+        ldmatrix_x4(a, q_tile + chunk_offset(16 * warp + lane % 16, 2 * kk + lane / 16, kGroupRows));
+      }
+    };
+#pragma unroll 1
+    for (int t0 = 0; t0 < keys; t0 += 8) {
+      float score[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-      for (int j = 0; j < D / 8; ++j) {
-        if constexpr (kQInRegisters) {
-          q[h][j] = unpack2<T>(q_fragments[j / 2][h + 2 * (j % 2)]);  // Q's buffer may hold the next item's
+      for (int kk = 0; kk < D / 16; kk += 2) {  // two k-steps of K's chunks per ldmatrix (80: one last)
+        uint32_t a[4], b[4];
+        q_step(a, kk);
+        if (kk + 1 < D / 16) {
+          ldmatrix_x4(b, rows8(k_tile, t0, 2 * kk));
+          mma_16x8x16<T>(score, a, b[0], b[1]);
+          q_step(a, kk + 1);
+          mma_16x8x16<T>(score, a, b[2], b[3]);
         } else {
-          q[h][j] = pair(q_tile, first_row % kGroupRows + 8 * h, j, kGroupRows);
+          uint32_t b2[2];
+          ldmatrix_x2(b2, rows8(k_tile, t0, 2 * kk));
+          mma_16x8x16<T>(score, a, b2[0], b2[1]);
         }
       }
-    }
-#pragma unroll 1
-    for (int t = 0; t < keys; ++t) {
-      float dot[2] = {0.0f, 0.0f};
+      // score[i]: row slot i / 2, key t0 + 2 quad + i % 2 of the block.
+      float block_max[2] = {-INFINITY, -INFINITY}, base[2], scale[2];
 #pragma unroll
-      for (int j = 0; j < D / 8; ++j) {
-        const float2 k = pair(k_tile, t, j, kKeys);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) dot[h] = fmaf(q[h][j].x, k.x, fmaf(q[h][j].y, k.y, dot[h]));
-      }
-      float weight[2], scale[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        dot[h] += __shfl_xor_sync(0xffffffffu, dot[h], 1);
-        dot[h] += __shfl_xor_sync(0xffffffffu, dot[h], 2);
-        const int key = kb + t;
-        const float score = key < key_min[h] || key >= key_max[h] ? -INFINITY : dot[h] * p.scale_log2;
-        const float new_max = fmaxf(row_max[h], score), base = new_max == -INFINITY ? 0.0f : new_max;
-        scale[h] = exp2_fast(row_max[h] - base);
-        weight[h] = exp2_fast(score - base);
-        row_max[h] = new_max;
-        row_sum[h] = row_sum[h] * scale[h] + (quad == 0 ? weight[h] : 0.0f);  // the quad's sum: one lane's
+      for (int i = 0; i < 4; ++i) {
+        const int h = i / 2, t = t0 + 2 * quad + i % 2, key = kb + t;
+        score[i] = t < keys && key >= key_min[h] && key < key_max[h] ? score[i] * p.scale_log2 : -INFINITY;
+        block_max[h] = fmaxf(block_max[h], score[i]);
       }
 #pragma unroll
-      for (int j = 0; j < D / 8; ++j) {
-        const float2 v = pair(v_tile, t, j, kKeys);
+      for (int h = 0; h < 2; ++h) fold_block_max(block_max[h], row_max[h], row_sum[h], base[h], scale[h]);
+      if (__any_sync(0xffffffffu, scale[0] != 1.0f || scale[1] != 1.0f)) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          o[4 * j + 2 * h] = fmaf(weight[h], v.x, o[4 * j + 2 * h] * scale[h]);
-          o[4 * j + 2 * h + 1] = fmaf(weight[h], v.y, o[4 * j + 2 * h + 1] * scale[h]);
+        for (int i = 0; i < D / 2; ++i) o[i] *= scale[i % 4 / 2];
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        score[i] = exp2_fast(score[i] - base[i / 2]);
+        row_sum[i / 2] += score[i];
+      }
+      const uint32_t p0 = pack2<T>(score[0], score[1]), p1 = pack2<T>(score[2], score[3]);
+#pragma unroll
+      for (int j = 0; j < D / 8; j += 4) {  // four n-blocks of V per ldmatrix (80: two last)
+        if (j + 3 < D / 8) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, rows8(v_tile, t0, j));
+#pragma unroll
+          for (int e = 0; e < 4; ++e) mma_16x8x8<T>(o + 4 * (j + e), p0, p1, b[e]);
+        } else {
+          uint32_t b[2];
+          ldmatrix_x2_trans(b, rows8(v_tile, t0, j));
+#pragma unroll
+          for (int e = 0; e < 2; ++e) mma_16x8x8<T>(o + 4 * (j + e), p0, p1, b[e]);
         }
       }
     }
@@ -529,7 +549,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   int n = 0;  // n: key blocks of earlier items
   int blocks = 0, own_begin = 0, own_end = 0;
   // Keys in the last own block when they are few (at most tail_limit) and blocks before it
-  // are own too: that block is added on the CUDA cores (tail_update), not on the tensor cores.
+  // are own too: that block is added by mma.sync (tail_update), not by a block of wgmmas.
   int tail = 0;
   // Issues S of some block on every path, the schedule's end included (ptxas serializes every
   // wgmma when one is in flight past a branch, or when two places issue an item's first S);

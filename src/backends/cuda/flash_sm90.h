@@ -9,7 +9,7 @@
 namespace visattn::cuda {
 
 // Launches it (bf16, else f16) with 128 keys per block or sm90_wide_keys(head_dim_pad), an
-// image's last key block added on the CUDA cores where it holds at most tail_limit keys; the
+// image's last key block added by mma.sync where it holds at most tail_limit keys; the
 // caller checked the GPU (compute capability 9.0), the head dim (Sm90HeadDims) and 16-byte
 // copies (params.vector_io).
 cudaError_t launch_flash_forward_sm90(const KernelParams& params, bool bf16, int head_dim_pad, bool wide_keys,

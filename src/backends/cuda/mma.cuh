@@ -1,6 +1,6 @@
 // The tensor-core and copy instructions of sm80 the forward kernel is built from, as small
-// inline-PTX wrappers: mma.sync m16n8k16 (bf16/f16 in, f32 accumulate), ldmatrix (plain and
-// transposed), cp.async 16-byte copies with zero fill, and the fast exp2.
+// inline-PTX wrappers: mma.sync m16n8k16 and m16n8k8 (bf16/f16 in, f32 accumulate), ldmatrix
+// (plain and transposed), cp.async 16-byte copies with zero fill, and the fast exp2.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -29,6 +29,19 @@ __device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
                : "r"(shared_address(row)));
 }
 
+// Two 8x8 matrices (lanes 0-15 supply the rows' addresses), as ldmatrix_x4's first two.
+__device__ inline void ldmatrix_x2(uint32_t (&r)[2], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(shared_address(row)));
+}
+
+__device__ inline void ldmatrix_x2_trans(uint32_t (&r)[2], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(shared_address(row)));
+}
+
 // d += a (16x16, row-major fragment) * b (16x8, column-major fragment), f32 accumulators.
 template <typename T>
 __device__ inline void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
@@ -50,6 +63,25 @@ __device__ inline void mma_16x8x16<__half>(float (&d)[4], const uint32_t (&a)[4]
       "{%8, %9}, {%0, %1, %2, %3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// d += a (16x8, row-major fragment: rows l / 4 and + 8, columns 2 (l % 4) and + 1) * b (8x8,
+// column-major: rows 2 (l % 4) and + 1 of column l / 4), f32 accumulators d[0..3].
+template <typename T>
+__device__ inline void mma_16x8x8(float* d, uint32_t a0, uint32_t a1, uint32_t b);
+
+template <>
+__device__ inline void mma_16x8x8<__nv_bfloat16>(float* d, uint32_t a0, uint32_t a1, uint32_t b) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a0), "r"(a1), "r"(b));
+}
+
+template <>
+__device__ inline void mma_16x8x8<__half>(float* d, uint32_t a0, uint32_t a1, uint32_t b) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a0), "r"(a1), "r"(b));
 }
 
 // Two floats as one register of two 16-bit elements, `lo` in the low half (the lower column).
