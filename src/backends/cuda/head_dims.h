@@ -31,8 +31,8 @@ constexpr int kSm90Keys = 128;
 constexpr int sm90_wide_keys(int head_dim_pad) { return head_dim_pad == 128 ? 176 : 192; }
 // An image's last key block of at most this many keys (a class token after whole blocks) is
 // added by mma.sync, not as a block of wgmmas: clip (577 tokens, 3 blocks of 192 and one key)
-// ran 10% faster on the CUDA cores (bench/NOTES.md CUDA entry 21), and faster again by mma.sync
-// (entry 38).
+// ran 10% faster with it on the CUDA cores (bench/NOTES.md CUDA entry 21), about 1% faster
+// again by mma.sync (entry 38).
 constexpr int kSm90TailKeys = 4;
 
 }  // namespace visattn::cuda
