@@ -3,8 +3,9 @@
 
     cuobjdump -sass OBJECT > k.sass && python3 scripts/sass_loops.py k.sass [--kernel REGEX]
 
-For every kernel in the dump: the smallest backward-branch loop that holds HGMMA (wgmma) or
-HMMA (mma.sync) instructions, its instruction count and its most frequent opcodes. A kernel
+For every kernel in the dump: the smallest backward-branch loop that holds HGMMA (wgmma)
+instructions, or HMMA (mma.sync) in a kernel without HGMMA (the wgmma kernel's tail loop of
+mma.syncs is not its main loop), its instruction count and its most frequent opcodes. A kernel
 whose issue slots run out before its tensor cores are busy shows here as a long loop (bench/
 NOTES.md CUDA entry 11: 809 instructions per 64 keys before, ~470 after). Also the cycles the
 compiler's own stall counts (each instruction's control bits) hold a warp for, summed over the
@@ -52,7 +53,9 @@ def opcode(text):
 
 
 def innermost_mma_loop(body):
-    """The smallest [start, end] instruction range closed by a backward branch that holds an MMA."""
+    """The smallest [start, end] instruction range closed by a backward branch that holds an MMA
+    (HGMMA where the kernel has any)."""
+    kinds = ("HGMMA",) if any(opcode(t).startswith("HGMMA") for _, t, _ in body) else MMA
     index = {address: i for i, (address, _, _) in enumerate(body)}
     best = None
     for i, (address, text, _) in enumerate(body):
@@ -63,7 +66,7 @@ def innermost_mma_loop(body):
         if target >= address or target not in index:
             continue
         loop = body[index[target]:i + 1]
-        if any(opcode(t).startswith(MMA) for _, t, _ in loop) and (best is None or len(loop) < len(best)):
+        if any(opcode(t).startswith(kinds) for _, t, _ in loop) and (best is None or len(loop) < len(best)):
             best = loop
     return best
 
