@@ -367,6 +367,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const bool windowed = p.window_left >= 0 || p.window_right >= 0;
   float o[D / 2];  // register 4 j + e: row slot e / 2, column 8 j + 2 quad + e % 2
+  // O times each row's scale. Once a row's maximum has settled, its scale is exactly 1: most
+  // blocks skip this.
+  auto scale_o = [&](const float(&scale)[2]) {
+    if (__any_sync(0xffffffffu, scale[0] != 1.0f || scale[1] != 1.0f)) {
+#pragma unroll
+      for (int i = 0; i < D / 2; ++i) o[i] *= scale[i % 4 / 2];
+    }
+  };
   float s[kScores];  // register 4 n + e: row slot e / 2, key kb + 8 n + 2 quad + e % 2
 #pragma unroll
   for (int i = 0; i < kScores; ++i) s[i] = 0.0f;
@@ -515,10 +523,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
 #pragma unroll
       for (int h = 0; h < 2; ++h) fold_block_max(block_max[h], row_max[h], row_sum[h], base[h], scale[h]);
-      if (__any_sync(0xffffffffu, scale[0] != 1.0f || scale[1] != 1.0f)) {
-#pragma unroll
-        for (int i = 0; i < D / 2; ++i) o[i] *= scale[i % 4 / 2];
-      }
+      scale_o(scale);
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         score[i] = exp2_fast(score[i] - base[i / 2]);
@@ -673,11 +678,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         sm90::fence_operands(o);
         sm90::fence_operands(p_now);
         release_v(n + j - 1);
-        // Once a row's maximum has settled, its scale is exactly 1: most blocks skip this.
-        if (__any_sync(0xffffffffu, row_scale[0] != 1.0f || row_scale[1] != 1.0f)) {
-#pragma unroll
-          for (int i = 0; i < D / 2; ++i) o[i] *= row_scale[i % 4 / 2];
-        }
+        scale_o(row_scale);
         pack_p();
       }
       // Every S of the item is done: the producer may load the next Q.
