@@ -7,10 +7,6 @@
 //      MN-major (head dim contiguous), 128-byte swizzle, transposed-B flag; two candidate
 //      readings of the descriptor's byte offsets (LBO/SBO) for the K direction.
 //   3. Throughput of back-to-back m64n64k16 wgmmas (2 warpgroups a block, 2 blocks an SM).
-//   4. The roles swapped, for a few query rows (m64n8k16, both operands in shared memory):
-//      Sᵀ = K Qᵀ with K (64 keys) as A and 8 Q rows as B, both K-major as TMA lands them; and
-//      Oᵀ = Vᵀ Pᵀ with V as A, MN-major (transposed-A flag; two readings of LBO/SBO, as in 2),
-//      and Pᵀ as B, K-major (8 rows of keys, 128-byte swizzle).
 // Build and run (on the GPU machine): bash scripts/wgmma_probe/run.sh
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -62,9 +58,9 @@ __device__ void accumulator_position(int i, int& row, int& col) {
 constexpr int kD = 128;  // head dim of check 1
 constexpr int kKeys = 64;
 
-// q[64][kD] and k[kKeys][kD] into their swizzled tiles, visible to the tensor cores.
-__device__ void swizzle_q_and_k(const __nv_bfloat16* q, const __nv_bfloat16* k, unsigned char* q_tile,
-                                unsigned char* k_tile) {
+// 1. s[64][64] = q[64][kD] · k[64][kD]ᵀ.
+__global__ void qk_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k, float* s) {
+  __shared__ __align__(1024) unsigned char q_tile[64 * kD * 2], k_tile[kKeys * kD * 2];
   for (int i = threadIdx.x; i < 64 * kD; i += blockDim.x) {
     const int r = i / kD, c = i % kD;
     *reinterpret_cast<__nv_bfloat16*>(q_tile + swizzled(r, c, 64)) = q[i];
@@ -72,40 +68,21 @@ __device__ void swizzle_q_and_k(const __nv_bfloat16* q, const __nv_bfloat16* k, 
   }
   fence_async_shared();
   __syncthreads();
-}
-
-// Waits for the issued wgmmas and writes their m64nN accumulators (N / 2 registers a thread) to
-// out[64][N].
-template <int kRegisters>
-__device__ void finish(const float (&d)[kRegisters], float* out) {
-  wgmma_commit();
-  wgmma_wait_all();
-  for (int i = 0; i < kRegisters; ++i) {
-    int row, col;
-    accumulator_position(i, row, col);
-    out[row * 2 * kRegisters + col] = d[i];
-  }
-}
-
-// 1. s[64][64] = q[64][kD] · k[64][kD]ᵀ; swapped (4a): st[64 keys][8 rows] = k · q[8][kD]ᵀ, K
-// as A (M = keys) and the first 8 Q rows as B (N = 8), both K-major.
-template <bool kSwapped>
-__global__ void qk_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k, float* s) {
-  __shared__ __align__(1024) unsigned char q_tile[64 * kD * 2], k_tile[kKeys * kD * 2];
-  swizzle_q_and_k(q, k, q_tile, k_tile);
-  float d[kSwapped ? 4 : 32] = {};
+  float d[32] = {};
   wgmma_fence();
   for (int kk = 0; kk < kD / 16; ++kk) {
     const int atom = kk * 16 / 64, inside = kk % 4 * 32;  // column atom, bytes into the 128-byte row
-    const uint64_t dq = descriptor(q_tile + atom * 64 * 128 + inside, 16, 1024, 1);
-    const uint64_t dk = descriptor(k_tile + atom * kKeys * 128 + inside, 16, 1024, 1);
-    if constexpr (kSwapped) {
-      wgmma_ss_m64n8k16<0, 0>(d, dk, dq, kk > 0);
-    } else {
-      wgmma_ss_m64n64k16<0>(d, dq, dk, kk > 0);
-    }
+    const uint64_t da = descriptor(q_tile + atom * 64 * 128 + inside, 16, 1024, 1);
+    const uint64_t db = descriptor(k_tile + atom * kKeys * 128 + inside, 16, 1024, 1);
+    wgmma_ss_m64n64k16<0>(d, da, db, kk > 0);
   }
-  finish(d, s);
+  wgmma_commit();
+  wgmma_wait_all();
+  for (int i = 0; i < 32; ++i) {
+    int row, col;
+    accumulator_position(i, row, col);
+    s[row * kKeys + col] = d[i];
+  }
 }
 
 __device__ uint32_t pack_bf16(float lo, float hi) {
@@ -145,35 +122,6 @@ __global__ void pv_kernel(const float* p, const __nv_bfloat16* v, float* o, int 
   }
 }
 
-// 4b. ot[kD][8 rows] = v[kKeys][kD]ᵀ · p[8][kKeys]ᵀ: V as A, MN-major (head dim contiguous, as
-// the stage holds it), one m64 per 64-column atom; Pᵀ as B from a tile of 8 rows of keys,
-// K-major. The K-direction offset between 8-key groups of A (1024 bytes) as LBO (candidate 0)
-// or SBO (candidate 1).
-__global__ void ot_kernel(const float* p, const __nv_bfloat16* v, float* ot, int candidate) {
-  __shared__ __align__(1024) unsigned char v_tile[kKeys * kD * 2], p_tile[8 * kKeys * 2];
-  for (int i = threadIdx.x; i < kKeys * kD; i += blockDim.x) {
-    const int key = i / kD, c = i % kD;
-    *reinterpret_cast<__nv_bfloat16*>(v_tile + swizzled(key, c, kKeys)) = v[i];
-  }
-  for (int i = threadIdx.x; i < 8 * kKeys; i += blockDim.x) {
-    const int r = i / kKeys, key = i % kKeys;
-    *reinterpret_cast<__nv_bfloat16*>(p_tile + swizzled(r, key, 8)) = __float2bfloat16(p[r * kKeys + key]);
-  }
-  fence_async_shared();
-  __syncthreads();
-  for (int m_atom = 0; m_atom < kD / 64; ++m_atom) {
-    float d[4] = {};
-    wgmma_fence();
-    for (int kk = 0; kk < kKeys / 16; ++kk) {
-      const unsigned char* start = v_tile + m_atom * kKeys * 128 + kk * 16 * 128;
-      const uint64_t da = candidate == 0 ? descriptor(start, 1024, 8192, 1) : descriptor(start, 8192, 1024, 1);
-      const uint64_t db = descriptor(p_tile + kk * 16 / 64 * 8 * 128 + kk % 4 * 32, 16, 1024, 1);
-      wgmma_ss_m64n8k16<1, 0>(d, da, db, kk > 0);
-    }
-    finish(d, ot + m_atom * 64 * 8);
-  }
-}
-
 // 3. Back-to-back wgmmas on resident tiles: 4 k-steps of m64n64k16 per iteration.
 __global__ void throughput_kernel(int iterations, float* sink) {
   __shared__ __align__(1024) unsigned char a_tile[64 * 64 * 2], b_tile[64 * 64 * 2];
@@ -200,20 +148,8 @@ __global__ void throughput_kernel(int iterations, float* sink) {
 
 float bf16_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
 
-// The largest |reference(i, j) - out[i][j]| of a rows x cols result on the device.
-template <class Reference>
-double max_error(const float* device, int rows, int cols, Reference reference) {
-  std::vector<float> out(size_t(rows) * cols);
-  CHECK(cudaMemcpy(out.data(), device, out.size() * 4, cudaMemcpyDeviceToHost));
-  double err = 0;
-  for (int i = 0; i < rows; ++i) {
-    for (int j = 0; j < cols; ++j) err = std::max(err, std::fabs(reference(i, j) - out[size_t(i) * cols + j]));
-  }
-  return err;
-}
-
 int main(int argc, char** argv) {
-  // One check per process (an illegal descriptor poisons the context): qk, pv0, pv1, st, ot0, ot1 or throughput.
+  // One check per process (an illegal descriptor poisons the context): qk, pv0, pv1 or throughput.
   const std::string mode = argc > 1 ? argv[1] : "qk";
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;
@@ -239,7 +175,7 @@ int main(int argc, char** argv) {
   CHECK(cudaMemcpy(dp, pf.data(), pf.size() * 4, cudaMemcpyHostToDevice));
 
   if (mode == "qk") {
-  qk_kernel<false><<<1, 128>>>(dq, dk, ds);
+  qk_kernel<<<1, 128>>>(dq, dk, ds);
   CHECK(cudaDeviceSynchronize());
   std::vector<float> s(64 * kKeys);
   CHECK(cudaMemcpy(s.data(), ds, s.size() * 4, cudaMemcpyDeviceToHost));
@@ -271,32 +207,6 @@ int main(int argc, char** argv) {
     }
     std::printf("2. P V, RS, V MN-major, 128B swizzle, transposed B, 8-key groups 1024 B apart as %s: "
                 "max error %.3g (%s)\n", candidate == 0 ? "LBO" : "SBO", err, err < 1e-2 ? "OK" : "WRONG");
-  }
-
-  if (mode == "st") {
-    qk_kernel<true><<<1, 128>>>(dq, dk, ds);
-    CHECK(cudaDeviceSynchronize());
-    const double err = max_error(ds, kKeys, 8, [&](int j, int r) {
-      double ref = 0;
-      for (int c = 0; c < kD; ++c) ref += double(kf[j * kD + c]) * qf[r * kD + c];
-      return ref;
-    });
-    std::printf("4a. K Q^T (roles swapped), m64n8k16 SS, both K-major: max error %.3g (%s)\n", err,
-                err < 1e-2 ? "OK" : "WRONG");
-  }
-
-  for (int candidate = 0; candidate < 2; ++candidate) {
-    if (mode != "ot" + std::to_string(candidate)) continue;
-    CHECK(cudaMemset(dout, 0, kD * 8 * 4));
-    ot_kernel<<<1, 128>>>(dp, dv, dout, candidate);
-    CHECK(cudaDeviceSynchronize());
-    const double err = max_error(dout, kD, 8, [&](int c, int r) {
-      double ref = 0;
-      for (int j = 0; j < kKeys; ++j) ref += double(vf[j * kD + c]) * pf[r * kKeys + j];
-      return ref;
-    });
-    std::printf("4b. V^T P^T (roles swapped), m64n8k16 SS, V MN-major as A (transposed A), 8-key groups 1024 B "
-                "apart as %s: max error %.3g (%s)\n", candidate == 0 ? "LBO" : "SBO", err, err < 1e-2 ? "OK" : "WRONG");
   }
 
   if (mode != "throughput") return 0;
