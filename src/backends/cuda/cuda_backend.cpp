@@ -101,17 +101,14 @@ void write_device_image(const VarlenBatch& batch, const Layout& layout, char* by
   for (int64_t i = 0; i <= layout.image_capacity; ++i) {
     cu[i] = batch.cu_seqlens()[std::min<int64_t>(i, batch.num_images())];  // pad with the end
   }
-  const int tile_rows[] = {kTileRows, kWideTileRows};
-  const int64_t capacity[] = {layout.tile_capacity, layout.wide_tile_capacity};
-  const size_t offset[] = {layout.schedule_offset, layout.wide_schedule_offset};
-  for (int i = 0; i < 2; ++i) {
-    const std::vector<Tile> schedule = schedule_of(batch, tile_rows[i]);
-    if (int64_t(schedule.size()) > capacity[i]) {  // the layout was made for fewer tokens
-      fail(ErrorCode::invalid_value, "batch: ", schedule.size(), " tiles of ", tile_rows[i], " rows exceed the ",
-           capacity[i], " the device buffers were prepared for; prepare a larger batch");
+  for (int i = 0; i < kSchedules; ++i) {
+    const std::vector<Tile> schedule = schedule_of(batch, kScheduleRows[i]);
+    if (int64_t(schedule.size()) > layout.tile_capacity[i]) {  // the layout was made for fewer tokens
+      fail(ErrorCode::invalid_value, "batch: ", schedule.size(), " tiles of ", kScheduleRows[i], " rows exceed the ",
+           layout.tile_capacity[i], " the device buffers were prepared for; prepare a larger batch");
     }
     counts[i] = int32_t(schedule.size());
-    std::copy(schedule.begin(), schedule.end(), reinterpret_cast<Tile*>(bytes + offset[i]));
+    std::copy(schedule.begin(), schedule.end(), reinterpret_cast<Tile*>(bytes + layout.schedule_offset[i]));
   }
 }
 
@@ -130,17 +127,18 @@ DeviceGuard::DeviceGuard(int device) {
 
 DeviceGuard::~DeviceGuard() { cudaSetDevice(previous_); }
 
-Layout::Layout(int64_t images, int64_t tokens)
-    : image_capacity(images),
-      tile_capacity(tile_bound(images, tokens, kTileRows)),
-      wide_tile_capacity(tile_bound(images, tokens, kWideTileRows)) {
+Layout::Layout(int64_t images, int64_t tokens) : image_capacity(images) {
+  static_assert(4 * kSchedules <= 16, "the tile counts fit the buffer's first 16 bytes");
   cu_offset = 16;
   seq_len_offset = align16(cu_offset + 4 * size_t(images + 1));
   ragged_offset = align16(seq_len_offset + 4 * size_t(images));
   ragged_array_bytes = align16(8 * size_t(images + 1));
-  schedule_offset = ragged_offset + cudnn::kRaggedTensors * ragged_array_bytes;
-  wide_schedule_offset = schedule_offset + sizeof(Tile) * size_t(tile_capacity);
-  bytes = wide_schedule_offset + sizeof(Tile) * size_t(wide_tile_capacity);
+  bytes = ragged_offset + cudnn::kRaggedTensors * ragged_array_bytes;
+  for (int s = 0; s < kSchedules; ++s) {
+    tile_capacity[s] = tile_bound(images, tokens, kScheduleRows[s]);
+    schedule_offset[s] = bytes;
+    bytes += sizeof(Tile) * size_t(tile_capacity[s]);
+  }
 }
 
 }  // namespace visattn::cuda
@@ -419,17 +417,16 @@ void run(const AttentionParams& p) {
   // Each kernel walks the schedule of its tile rows (see Layout).
   kp.vector_io = vector_io(p);
   const Kernel kernel = kernel_for(kp.vector_io, padded, cc, p.cu_seqlens, p.num_images);
-  const bool wide = kernel != Kernel::sm80;  // the sm90 kernel's 128-row tiles
-  kp.schedule = reinterpret_cast<const Tile*>(
-      buffer + (wide ? prepared->layout.wide_schedule_offset : prepared->layout.schedule_offset));
-  kp.tile_count = reinterpret_cast<const int32_t*>(buffer) + (wide ? 1 : 0);
+  const int schedule = schedule_index(kernel);
+  kp.schedule = reinterpret_cast<const Tile*>(buffer + prepared->layout.schedule_offset[schedule]);
+  kp.tile_count = reinterpret_cast<const int32_t*>(buffer) + schedule;
   kp.scale_log2 = float(p.softmax_scale * 1.4426950408889634);
   kp.window_left = p.window_left, kp.window_right = p.window_right;
   kp.sinks = p.sinks, kp.sinks_stride = p.sinks_stride;
   kp.lse = p.lse, kp.lse_head_stride = p.lse_head_stride, kp.lse_token_stride = p.lse_token_stride;
 
   // The grid covers the bucket's tile capacity (a later batch of the bucket, graph replay).
-  const int64_t tiles = wide ? prepared->layout.wide_tile_capacity : prepared->layout.tile_capacity;
+  const int64_t tiles = prepared->layout.tile_capacity[schedule];
   const int64_t blocks = tiles * p.num_heads;  // tile-major, then heads
   if (blocks > INT32_MAX) {
     fail(ErrorCode::unsupported, "backend='cuda': ", tiles, " tiles x ", p.num_heads,

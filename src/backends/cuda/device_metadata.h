@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <mutex>
 
+#include "backends/cuda/flash_params.h"  // kSchedules
 #include "backends/cudnn/ragged_indices.h"  // the regions the cudnn backend fills
 #include "visattn/params.h"
 
@@ -33,26 +34,28 @@ class DeviceGuard {
 
 // Byte layout of the device buffer, every region 16-byte aligned (cuDNN requires it of the
 // index tensors it reads):
-//   [tile counts: kTileRows and kWideTileRows schedules, int32 x 2 padded to 16]
+//   [tile counts of the kSchedules schedules, int32 x 3 padded to 16]
 //   [cu_seqlens, int32 x (image_capacity + 1)] [seq_len, int32 x image_capacity]
 //   [ragged offsets, cudnn::kRaggedTensors arrays of int64 x (image_capacity + 1)]
-//   [tile schedule, Tile x tile_capacity] [wide tile schedule, Tile x wide_tile_capacity]
+//   [schedule s, Tile x tile_capacity[s]] for s = 0, 1, 2
 // cu_seqlens is padded past the batch's images with its last value, so the padding images are
 // empty. seq_len and the ragged offsets are written on the device by the cudnn backend
 // (backends/cudnn/ragged_indices.h), from cu_seqlens, at each call: they depend on the strides
 // of that call's tensors.
-// The two schedules: 64-row tiles for the sm80 kernel, 128-row tiles for the sm90 kernel
-// (whichever a call runs, the other costs a few host microseconds and bytes).
+// The schedules (kScheduleRows): 64-row tiles for the sm80 kernel, 128-row tiles for the sm90
+// kernel, 192-row ones for its three-warpgroup form (whichever a call runs, the others cost a
+// few host microseconds and bytes).
 struct Layout {
-  int64_t image_capacity, tile_capacity, wide_tile_capacity;
-  size_t cu_offset, seq_len_offset, ragged_offset, ragged_array_bytes, schedule_offset, wide_schedule_offset, bytes;
+  int64_t image_capacity, tile_capacity[kSchedules];
+  size_t cu_offset, seq_len_offset, ragged_offset, ragged_array_bytes, schedule_offset[kSchedules], bytes;
 
   // Room for any batch of `images` images and `tokens` tokens.
   Layout(int64_t images, int64_t tokens);
   // Whether a buffer of this layout holds every batch `other` holds.
   bool holds(const Layout& other) const {
-    return bytes >= other.bytes && image_capacity >= other.image_capacity && tile_capacity >= other.tile_capacity &&
-           wide_tile_capacity >= other.wide_tile_capacity;
+    bool tiles = true;
+    for (int s = 0; s < kSchedules; ++s) tiles = tiles && tile_capacity[s] >= other.tile_capacity[s];
+    return bytes >= other.bytes && image_capacity >= other.image_capacity && tiles;
   }
 };
 

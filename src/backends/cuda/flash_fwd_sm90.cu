@@ -49,28 +49,34 @@ namespace visattn::cuda {
 
 namespace {
 
-constexpr int kRows = kWideTileRows;  // query rows per block
-constexpr int kGroupRows = 64;        // per consumer warpgroup: 4 warps x 16
-constexpr int kConsumers = kRows / kGroupRows;
+constexpr int kGroupRows = 64;  // per consumer warpgroup: 4 warps x 16
 // Keys per block (kSm90Keys = 128, or sm90_wide_keys(D)): 128 was faster than 64 on every
 // workload but 64-token windows, which run the sm80 kernel (bench/NOTES.md CUDA entry 11); the
 // wider blocks spread the softmax's per-block work (maxima, shuffles, turns, O's rescale) over
 // more keys (CUDA entry 18).
-constexpr int kConsumerThreads = 128 * kConsumers;
-constexpr int kProducerThreads = 128;            // a warpgroup: sm90 allocates registers by warpgroup
-constexpr int kThreads = kConsumerThreads + kProducerThreads;
-// Registers per thread: what ptxas may give each of the 384 threads (65536 / 384, rounded
-// down to 8), then moved from the producers, which need few, to the consumers (setmaxnreg).
-// setmaxnreg.inc waits until the block's own pool (fixed at launch) has the registers, so a
-// split beyond that pool hangs. 24/240 ran siglip 2-4% faster than 40/232 (bench/NOTES.md CUDA
-// entry 22); the 176-key kernels spill with it (values from before the split) and lost 3%:
-// they keep 40/232, and so does 96/192, which spills too since the producer has the TMA path.
-constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
-template <int D, int Keys>
+constexpr int kProducerThreads = 128;  // a warpgroup: sm90 allocates registers by warpgroup
+// A block of `Groups` consumer warpgroups (2: 128-row tiles; 3: 192-row tiles, head dim 64 and
+// 128 keys, where the registers allow no more) and the producer.
+template <int Groups>
+struct Block {
+  static constexpr int kRows = Groups * kGroupRows;
+  static constexpr int kConsumerThreads = 128 * Groups, kThreads = kConsumerThreads + kProducerThreads;
+  // What ptxas may give each thread at launch (65536 / threads, rounded down to 8).
+  static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
+};
+// Registers per thread, moved from the producers, which need few, to the consumers
+// (setmaxnreg). setmaxnreg.inc waits until the block's own pool (fixed at launch) has the
+// registers, so a split beyond that pool hangs. 24/240 ran siglip 2-4% faster than 40/232
+// (bench/NOTES.md CUDA entry 22); the 176-key kernels spill with it (values from before the
+// split) and lost 3%: they keep 40/232, and so does 96/192, which spills too since the
+// producer has the TMA path. Three consumer warpgroups: 32/160, all of 512 threads' 128.
+template <int D, int Keys, int Groups>
 struct Registers {
   static constexpr bool kSpillsAt24 = Keys == 176 || (D == 96 && Keys == 192);
-  static constexpr int kProducer = kSpillsAt24 ? 40 : 24, kConsumer = kSpillsAt24 ? 232 : 240;
-  static_assert(kProducerThreads * kProducer + kConsumerThreads * kConsumer <= kThreads * kLaunchRegisters,
+  static constexpr int kProducer = Groups == 3 ? 32 : kSpillsAt24 ? 40 : 24;
+  static constexpr int kConsumer = Groups == 3 ? 160 : kSpillsAt24 ? 232 : 240;
+  using B = Block<Groups>;
+  static_assert(kProducerThreads * kProducer + B::kConsumerThreads * kConsumer <= B::kThreads * B::kLaunchRegisters,
                 "the split fits the registers the block holds from launch");
 };
 constexpr int kMaxShared = 227 * 1024;           // per block on sm90
@@ -122,12 +128,12 @@ __device__ inline void store_slot(ItemSlot* slot, const ItemSlot& item, bool wri
 // 128-byte rows (64 elements) per 64-column atom of the head dim; then the barriers and an item
 // slot per Q buffer. As many stages as fit, up to 4; a second Q buffer where it costs no stage
 // (head dim 64), so that the next item's Q lands while this one runs.
-template <int D, int Keys>
+template <int D, int Keys, int Groups>
 struct Tiles {
   static constexpr int kKeys = Keys;
   static constexpr int kAtoms = (D + 63) / 64;
   static constexpr int kGroupQBytes = kAtoms * kGroupRows * 128;
-  static constexpr int kQBytes = kConsumers * kGroupQBytes;
+  static constexpr int kQBytes = Groups * kGroupQBytes;
   static constexpr int kKVBytes = kAtoms * kKeys * 128;
   static constexpr int kStageBytes = 2 * kKVBytes;
   static constexpr int kMaxStages = 4, kMaxQBuffers = 2;
@@ -186,13 +192,14 @@ struct TensorMaps {
   int enabled;
 };
 
-template <typename T, int D, int Keys>
-__global__ void __launch_bounds__(kThreads, 1)
+template <typename T, int D, int Keys, int Groups>
+__global__ void __launch_bounds__(Block<Groups>::kThreads, 1)
     flash_fwd_sm90_kernel(const KernelParams p, int tail_limit, const __grid_constant__ TensorMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Layout = Tiles<D, Keys>;
+  using Layout = Tiles<D, Keys, Groups>;
   constexpr int kKeys = Layout::kKeys, kStages = Layout::kStages, kScores = kKeys / 2;  // S registers per thread
-  using Regs = Registers<D, Keys>;
+  using Regs = Registers<D, Keys, Groups>;
+  constexpr int kRows = Block<Groups>::kRows, kConsumers = Groups, kConsumerThreads = Block<Groups>::kConsumerThreads;
   // Q in registers (bench/NOTES.md CUDA entry 27: siglip +7% on an H100): where Q has one
   // buffer, each consumer warp loads its rows of Q into registers at the item's start and frees
   // the buffer at once, so that the next item's Q loads during this one; S is then an RS wgmma
@@ -346,24 +353,27 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   auto release_k = [&](int n) { release(&empty_k[n % kStages]); };
   auto release_v = [&](int n) { release(&empty_v[n % kStages]); };
-  // Turns: the two warpgroups take turns issuing their wgmmas (named barriers 2 and 3: a
-  // warpgroup's turn begins when the other's last turn has ended), so that one's softmax runs
-  // under the other's matrix work instead of both contending for the tensor cores at once.
-  // Each takes blocks + 1 turns per item, empty ones included (for the blocks it passes, and
-  // one more when it has none of its own), so that the turns pair up.
-  auto turn_begin = [&] {  // barrier 2 + group: this warpgroup's turn
-    if (group == 0) asm volatile("bar.sync 2, %0;\n" ::"n"(kConsumerThreads) : "memory");
-    else asm volatile("bar.sync 3, %0;\n" ::"n"(kConsumerThreads) : "memory");
+  // Turns: the warpgroups take turns issuing their wgmmas, round robin (named barrier 2 + g is
+  // warpgroup g's turn: it begins when the warpgroup before has ended its own), so that one's
+  // softmax runs under the others' matrix work instead of all contending for the tensor cores
+  // at once. Each takes blocks + 1 turns per item, empty ones included (for the blocks it
+  // passes, and one more when it has none of its own), so that the turns pair up.
+  // Barrier ids as immediates (a register id cost the 80/192 kernel 44 bytes of spills).
+  auto turn_begin = [&] {  // this warpgroup's turn: 128 threads wait, the warpgroup before arrives
+    if (group == 0) asm volatile("bar.sync 2, 256;\n" ::: "memory");
+    else if (kConsumers == 2 || group == 1) asm volatile("bar.sync 3, 256;\n" ::: "memory");
+    else asm volatile("bar.sync 4, 256;\n" ::: "memory");
   };
-  auto turn_end = [&] {  // the other warpgroup's turn
-    if (group == 0) asm volatile("bar.arrive 3, %0;\n" ::"n"(kConsumerThreads) : "memory");
-    else asm volatile("bar.arrive 2, %0;\n" ::"n"(kConsumerThreads) : "memory");
+  auto turn_end = [&] {  // the next warpgroup's turn
+    if (group == kConsumers - 1) asm volatile("bar.arrive 2, 256;\n" ::: "memory");
+    else if (group == 0) asm volatile("bar.arrive 3, 256;\n" ::: "memory");
+    else asm volatile("bar.arrive 4, 256;\n" ::: "memory");
   };
   auto empty_turn = [&] { turn_begin(), turn_end(); };
   // A key block no row of this warpgroup sees: its copies are waited for (so that the release
   // cannot run ahead of them) and released, and its turn passes.
   auto pass_block = [&](int n) { wait_k(n), wait_v(n), release_k(n), release_v(n), empty_turn(); };
-  if (group == 1) turn_end();  // warpgroup 0 takes the first turn
+  if (group == kConsumers - 1) turn_end();  // warpgroup 0 takes the first turn
 
   const bool windowed = p.window_left >= 0 || p.window_right >= 0;
   float o[D / 2];  // register 4 j + e: row slot e / 2, column 8 j + 2 quad + e % 2
@@ -754,9 +764,9 @@ bool encode_map(CUtensorMap& map, const void* base, int head_dim, int heads, int
 
 // One block per SM (registers allow no more) walks the items; the grid is sized for the
 // bucket, so no more blocks than it.
-template <typename T, int D, int Keys>
+template <typename T, int D, int Keys, int Groups>
 cudaError_t launch(const KernelParams& kp, int tail_limit, dim3 grid, cudaStream_t stream) {
-  auto kernel = flash_fwd_sm90_kernel<T, D, Keys>;
+  auto kernel = flash_fwd_sm90_kernel<T, D, Keys, Groups>;
   // Whole Q tiles and K/V blocks by TMA (NOTES CUDA 23); test knob: VISATTN_CUDA_SM90_TMA=0
   // copies everything with cp.async, as partial tiles always are.
   static const bool tma = [] {
@@ -777,7 +787,7 @@ cudaError_t launch(const KernelParams& kp, int tail_limit, dim3 grid, cudaStream
                  (long long)kp.q_token_stride, (long long)kp.q_head_stride, (long long)kp.k_token_stride,
                  (long long)kp.k_head_stride, (long long)kp.v_token_stride, (long long)kp.v_head_stride);
   }
-  constexpr int kBytes = Tiles<D, Keys>::kBytes;
+  constexpr int kBytes = Tiles<D, Keys, Groups>::kBytes;
   cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   int device = 0, sms = 0;
   if (status == cudaSuccess) status = cudaGetDevice(&device);
@@ -790,28 +800,31 @@ cudaError_t launch(const KernelParams& kp, int tail_limit, dim3 grid, cudaStream
     return set ? std::max(1, std::atoi(set)) : INT_MAX;
   }();
   grid.x = std::min<unsigned>(grid.x, unsigned(std::min(sms, cap)));
-  kernel<<<grid, kThreads, kBytes, stream>>>(kp, tail_limit, maps);
+  kernel<<<grid, Block<Groups>::kThreads, kBytes, stream>>>(kp, tail_limit, maps);
   return cudaGetLastError();
 }
 
 template <typename T>
-cudaError_t dispatch(const KernelParams& kp, int head_dim_pad, bool wide_keys, int tail_limit, dim3 grid,
+cudaError_t dispatch(const KernelParams& kp, int head_dim_pad, Kernel kernel, int tail_limit, dim3 grid,
                      cudaStream_t stream) {
+  if (kernel == Kernel::sm90_three_groups) {
+    return head_dim_pad == 64 ? launch<T, 64, kSm90Keys, 3>(kp, tail_limit, grid, stream) : cudaErrorInvalidValue;
+  }
   return Sm90HeadDims::visit(head_dim_pad, cudaErrorInvalidValue, [&](auto d) {
     constexpr int D = decltype(d)::value;
     if constexpr (sm90_wide_keys(D) != kSm90Keys) {
-      if (wide_keys) return launch<T, D, sm90_wide_keys(D)>(kp, tail_limit, grid, stream);
+      if (kernel == Kernel::sm90_wide_keys) return launch<T, D, sm90_wide_keys(D), 2>(kp, tail_limit, grid, stream);
     }
-    return launch<T, D, kSm90Keys>(kp, tail_limit, grid, stream);
+    return launch<T, D, kSm90Keys, 2>(kp, tail_limit, grid, stream);
   });
 }
 
 }  // namespace
 
-cudaError_t launch_flash_forward_sm90(const KernelParams& params, bool bf16, int head_dim_pad, bool wide_keys,
+cudaError_t launch_flash_forward_sm90(const KernelParams& params, bool bf16, int head_dim_pad, Kernel kernel,
                                       int tail_limit, dim3 grid, cudaStream_t stream) {
-  return bf16 ? dispatch<__nv_bfloat16>(params, head_dim_pad, wide_keys, tail_limit, grid, stream)
-              : dispatch<__half>(params, head_dim_pad, wide_keys, tail_limit, grid, stream);
+  return bf16 ? dispatch<__nv_bfloat16>(params, head_dim_pad, kernel, tail_limit, grid, stream)
+              : dispatch<__half>(params, head_dim_pad, kernel, tail_limit, grid, stream);
 }
 
 }  // namespace visattn::cuda

@@ -107,6 +107,9 @@ Kernel kernel_for(bool vector_io, int head_dim_pad, int compute_capability, cons
   int64_t max_seqlen = 0;
   for (int64_t i = 0; i < num_images; ++i) max_seqlen = std::max<int64_t>(max_seqlen, cu_seqlens[i + 1] - cu_seqlens[i]);
   if (!forced && max_seqlen <= kWideTileRows) return Kernel::sm80;
+  // EXPERIMENT (bench/NOTES.md CUDA 40): three consumer warpgroups on 192-row tiles at head dim 64.
+  static const bool three_groups = env_is("VISATTN_CUDA_SM90_GROUPS", "3");
+  if (three_groups && head_dim_pad == 64) return Kernel::sm90_three_groups;
   const int wide_keys = sm90_wide_keys(head_dim_pad);
   if (wide_keys == kSm90Keys || narrow) return Kernel::sm90;
   if (wide) return Kernel::sm90_wide_keys;
@@ -125,7 +128,7 @@ cudaError_t launch_flash_forward(Kernel kernel, const KernelParams& params, bool
                                  int64_t max_seqlen, dim3 grid, cudaStream_t stream) {
 #if VISATTN_WITH_SM90A
   if (kernel != Kernel::sm80) {
-    return launch_flash_forward_sm90(params, bf16, head_dim_pad, kernel == Kernel::sm90_wide_keys, sm90_tail_limit(),
+    return launch_flash_forward_sm90(params, bf16, head_dim_pad, kernel, sm90_tail_limit(),
                                      grid, stream);
   }
 #endif

@@ -42,14 +42,24 @@ struct KernelParams {
   bool vector_io;
 };
 
-// Query rows per tile: the sm80 kernel's (one schedule serves every head dim) and the sm90
-// kernel's (two consumer warpgroups of 64 rows share each K and V tile).
+// Query rows per tile: the sm80 kernel's (one schedule serves every head dim), the sm90
+// kernel's (two consumer warpgroups of 64 rows share each K and V tile) and its three-warpgroup
+// form's at head dim 64. Each has a schedule (schedule s: kScheduleRows[s] rows per tile).
 constexpr int kTileRows = 64;
 constexpr int kWideTileRows = 128;
+constexpr int kTallTileRows = 192;
+constexpr int kSchedules = 3;
+constexpr int kScheduleRows[kSchedules] = {kTileRows, kWideTileRows, kTallTileRows};
 
 // The forward kernels; each reads the schedule of its tile rows. The sm90 kernel comes with
-// 128 keys per block or its head dim's wider block (sm90_wide_keys).
-enum class Kernel { sm80, sm90, sm90_wide_keys };
+// 128 keys per block or its head dim's wider block (sm90_wide_keys), and at head dim 64 with
+// three consumer warpgroups on 192-row tiles (sm90_three_groups, 128 keys).
+enum class Kernel { sm80, sm90, sm90_wide_keys, sm90_three_groups };
+
+// The schedule `kernel` walks (an index into kScheduleRows).
+constexpr int schedule_index(Kernel kernel) {
+  return kernel == Kernel::sm80 ? 0 : kernel == Kernel::sm90_three_groups ? 2 : 1;
+}
 
 // The kernel a call runs: sm90 where it was built, the GPU is compute capability 9.0 (90), it has
 // the padded head dim, tiles move in 16-byte copies and some image is longer than 128 tokens
