@@ -116,16 +116,18 @@ timeout 300 build/visattn check --backend cuda --cases "$([ -n "${QUICK:-}" ] &&
 log "check cuda, the sm80 kernel alone (VISATTN_CUDA_SM90=0)"
 VISATTN_CUDA_SM90=0 build/visattn check --backend cuda --cases 200 --seed 5 > "$LOGS/check_cuda_sm80.log" 2>&1; check_summary "$LOGS/check_cuda_sm80.log" 1
 
-log "check cuda, the sm90 (wgmma) kernel on every batch (VISATTN_CUDA_SM90=1) on 7 blocks, 128-key and wide key blocks, the tail path on most images, cp.async copies only; its SASS (HGMMA: warpgroup MMAs)"
+log "check cuda, the sm90 (wgmma) kernel on every batch (VISATTN_CUDA_SM90=1) on 7 blocks, 128-key and wide key blocks, the tail path on most images, three warpgroups at head dim 64, cp.async copies only; its SASS (HGMMA: warpgroup MMAs)"
 # A timeout: a wrong barrier phase in a new kernel hangs instead of failing. Seven blocks: each
 # walks many items of the persistent grid (the full grid runs in the check above). Each key
 # block size on every batch, whatever the lengths would pick; then a last block of up to 100
-# keys on the tail path (mma.sync; by default at most 4); then every tile copied by
-# cp.async (TMA off: the path of partial tiles, and of a driver that encodes no tensor map).
-for keys in 128 wide tail $([ -n "${SHORT:-}" ] || echo copies); do
-  setting=$(case $keys in tail) echo VISATTN_CUDA_SM90_TAIL=100 ;; copies) echo VISATTN_CUDA_SM90_TMA=0 ;; esac)
-  block=$(case $keys in 128) echo 128 ;; *) echo wide ;; esac)
-  env $FORCED_SM90 VISATTN_CUDA_SM90_KEYS=$block $setting \
+# keys on the tail path (mma.sync; by default at most 4); then the three-warpgroup form on every
+# head dim 64 batch, its tail path too; then every tile copied by cp.async (TMA off: the path of
+# partial tiles, and of a driver that encodes no tensor map).
+for keys in 128 wide tail three $([ -n "${SHORT:-}" ] || echo copies); do
+  setting=$(case $keys in tail) echo VISATTN_CUDA_SM90_TAIL=100 ;; three) echo VISATTN_CUDA_SM90_GROUPS=3 VISATTN_CUDA_SM90_TAIL=100 ;;
+            copies) echo VISATTN_CUDA_SM90_TMA=0 ;; esac)
+  block=$(case $keys in 128) echo VISATTN_CUDA_SM90_KEYS=128 ;; three) ;; *) echo VISATTN_CUDA_SM90_KEYS=wide ;; esac)
+  env $FORCED_SM90 $block $setting \
     timeout 300 build/visattn check --backend cuda --cases 200 --seed 9 > "$LOGS/check_cuda_sm90_$keys.log" 2>&1
   echo "rc=$?" >> "$LOGS/check_cuda_sm90_$keys.log"; echo "keys $keys:" | tee -a "$OUT/summary.txt"; check_summary "$LOGS/check_cuda_sm90_$keys.log" 2
 done
@@ -150,6 +152,7 @@ if [ -z "${QUICK:-}${SKIP_SANITIZER:-}" ]; then
 log "compute-sanitizer (memcheck, racecheck) on a reduced suite"
 for tool in memcheck racecheck; do
   if [ -n "${SHORT:-}" ]; then sanitize_cuda $tool forced $FORCED_SM90; else sanitize_cuda_both $tool; fi
+  sanitize_cuda $tool forced_three $FORCED_SM90 VISATTN_CUDA_SM90_GROUPS=3  # its round-robin turns at head dim 64
 done
 # The adversarial gtests' shapes (class-token tails, tile and key-block edges) on the forced sm90
 # kernel: racecheck over cases the 12 random check cases above do not meet. The tail path

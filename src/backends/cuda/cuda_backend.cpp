@@ -360,7 +360,8 @@ std::string describe() {
 #if VISATTN_WITH_SM90A
                 "; on sm90 warp-specialized wgmma tiles of 128 rows loaded by TMA (head dims 64-128, 16-byte aligned tensors, "
                 "an image longer than 128 tokens; VISATTN_CUDA_SM90=0 turns them off) and 128 keys, 176 or 192 "
-                "where the images' lengths pad them little; a last block of at most ", kSm90TailKeys,
+                "where the images' lengths pad them little, or at head dim 64 tiles of 192 rows on three warpgroups "
+                "where a cost model of the lengths says they are faster; a last block of at most ", kSm90TailKeys,
                 " keys (a class token) by mma.sync, not a block of wgmmas",
 #endif
                 "; tiles heaviest first, short images packed; head_dim rounded up to 32/64/80/96/128/256");
@@ -368,12 +369,17 @@ std::string describe() {
 
 namespace {
 
-// kernel_for reads VISATTN_CUDA_SM90_KEYS (128 or wide); another value is an error, not ignored.
-void check_key_block_knob() {
-  static const char* const set = std::getenv("VISATTN_CUDA_SM90_KEYS");
-  if (set && std::string_view(set) != "128" && std::string_view(set) != "wide") {
-    fail(ErrorCode::invalid_value, "VISATTN_CUDA_SM90_KEYS='", set, "': expected 128 or wide");
+// kernel_for reads VISATTN_CUDA_SM90_KEYS (128 or wide) and VISATTN_CUDA_SM90_GROUPS (2 or 3);
+// another value is an error, not ignored.
+void check_knob(const char* name, std::string_view a, std::string_view b) {
+  const char* set = std::getenv(name);
+  if (set && std::string_view(set) != a && std::string_view(set) != b) {
+    fail(ErrorCode::invalid_value, name, "='", set, "': expected ", a, " or ", b);
   }
+}
+void check_kernel_knobs() {
+  check_knob("VISATTN_CUDA_SM90_KEYS", "128", "wide");
+  check_knob("VISATTN_CUDA_SM90_GROUPS", "2", "3");
 }
 
 }  // namespace
@@ -386,7 +392,7 @@ bool runs_sm90(const AttentionParams& p) {
 }
 
 void run(const AttentionParams& p) {
-  check_key_block_knob();
+  check_kernel_knobs();
   const int device = p.device.index;
   DeviceGuard guard(device);
   const int cc = compute_capability(device);

@@ -9,11 +9,12 @@
 //     them (K once S is done, V once P V is: the next K loads during the softmax); Q has such
 //     a pair too (two Q buffers at head dim 64, where they fit). The producer alone walks the
 //     schedule: it hands each item to the consumers in a slot of shared memory;
-//   - two consumer warpgroups own 64 query rows each and share every K/V stage. Each issues
+//   - two consumer warpgroups (three at head dim 64 where the lengths favour 192-row tiles:
+//     kernel_for, bench/NOTES.md CUDA entry 40) own 64 query rows each and share every K/V stage. Each issues
 //     S = Q Kᵀ of key block j (m64nKk16 wgmmas, K in shared memory, Q too or, where Q has one
 //     buffer, in registers: the buffer is then free for the next item's Q) and then O += P V of
-//     block j - 1 (m64nDk16, P from registers, V in shared memory, MN-major) in one issue. The
-//     two take turns issuing (ping-pong), so that one's softmax runs under the other's MMAs
+//     block j - 1 (m64nDk16, P from registers, V in shared memory, MN-major) in one issue. They
+//     take turns issuing (ping-pong, round robin), so that one's softmax runs under the others' MMAs
 //     (ptxas waits for P V before the softmax; see the loop);
 //   - the producer loads the next item's Q and K/V while the consumers finish this one; the
 //     consumers issue the next item's first S and then store this one's O from registers

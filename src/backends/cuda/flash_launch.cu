@@ -87,6 +87,32 @@ double padded_work(const int32_t* cu_seqlens, int64_t num_images, int keys, int 
   }
   return work;
 }
+
+// Modeled time of an sm90 kernel form on a batch: per image, its items (tiles of `rows` query
+// rows; a shorter image, packed, a fraction of one) times (its key blocks x a block's cost + an
+// item's own cost), a tail of at most tail_limit keys as half a block. A partial item costs a
+// whole one: it is one warpgroup's chain, not the tensor cores' work (bench/NOTES.md CUDA 36).
+// The costs (arbitrary units) were fitted at head dim 64 on an H100 (CUDA 40) and predict its
+// rates there within 7%.
+struct Sm90Form {
+  int rows, keys;
+  double block, item;
+};
+constexpr Sm90Form kTwoGroups{kWideTileRows, kSm90Keys, 43.1, 59.4};
+constexpr Sm90Form kTwoGroupsWide{kWideTileRows, 192, 55.0, 59.4};
+constexpr Sm90Form kThreeGroups{kTallTileRows, kSm90Keys, 55.3, 68.0};
+
+double modeled_time(const int32_t* cu_seqlens, int64_t num_images, const Sm90Form& form, int tail_limit) {
+  double time = 0.0;
+  for (int64_t i = 0; i < num_images; ++i) {
+    const int64_t n = cu_seqlens[i + 1] - cu_seqlens[i], rest = n % form.keys;
+    const bool tail = n > form.keys && rest > 0 && rest <= tail_limit;
+    const double blocks = tail ? double(n / form.keys) + 0.5 : double((n + form.keys - 1) / form.keys);
+    const double items = n >= form.rows ? double((n + form.rows - 1) / form.rows) : double(n) / form.rows;
+    time += items * (blocks * form.block + form.item);
+  }
+  return time;
+}
 #endif
 
 }  // namespace
@@ -97,7 +123,9 @@ double padded_work(const int32_t* cu_seqlens, int64_t num_images, int keys, int 
 // (bench/NOTES.md CUDA entry 11). VISATTN_CUDA_SM90=0 turns it off, =1 runs it on every batch
 // it can (tests, experiments). Its wider key blocks ran 2-13% faster than 128 keys where they
 // padded at most 3% more keys, and lost 4-16% where they padded 12% or more (CUDA entry 18):
-// they run where the padded work grows by 5% at most.
+// they run where the padded work grows by 5% at most. At head dim 64 its three-warpgroup form
+// runs where the cost model says it is faster (CUDA entry 40); VISATTN_CUDA_SM90_GROUPS=3 or =2
+// forces either form there.
 Kernel kernel_for(bool vector_io, int head_dim_pad, int compute_capability, const int32_t* cu_seqlens,
                   int64_t num_images) {
 #if VISATTN_WITH_SM90A
@@ -107,17 +135,25 @@ Kernel kernel_for(bool vector_io, int head_dim_pad, int compute_capability, cons
   int64_t max_seqlen = 0;
   for (int64_t i = 0; i < num_images; ++i) max_seqlen = std::max<int64_t>(max_seqlen, cu_seqlens[i + 1] - cu_seqlens[i]);
   if (!forced && max_seqlen <= kWideTileRows) return Kernel::sm80;
-  // EXPERIMENT (bench/NOTES.md CUDA 40): three consumer warpgroups on 192-row tiles at head dim 64.
-  static const bool three_groups = env_is("VISATTN_CUDA_SM90_GROUPS", "3");
-  if (three_groups && head_dim_pad == 64) return Kernel::sm90_three_groups;
+  static const bool three = env_is("VISATTN_CUDA_SM90_GROUPS", "3"), two = env_is("VISATTN_CUDA_SM90_GROUPS", "2");
+  if (three && head_dim_pad == 64) return Kernel::sm90_three_groups;
   const int wide_keys = sm90_wide_keys(head_dim_pad);
-  if (wide_keys == kSm90Keys || narrow) return Kernel::sm90;
-  if (wide) return Kernel::sm90_wide_keys;
   const int tail = sm90_tail_limit();
-  const double wide_work = padded_work(cu_seqlens, num_images, wide_keys, tail),
-               work = padded_work(cu_seqlens, num_images, kSm90Keys, tail);
-  // At head dim 64 the wide block was no faster at equal work (CUDA entry 18): it must save some.
-  return wide_work <= (head_dim_pad == 64 ? 0.95 : 1.05) * work ? Kernel::sm90_wide_keys : Kernel::sm90;
+  Kernel two_groups = wide && wide_keys != kSm90Keys ? Kernel::sm90_wide_keys : Kernel::sm90;
+  if (!narrow && !wide && wide_keys != kSm90Keys) {
+    const double wide_work = padded_work(cu_seqlens, num_images, wide_keys, tail),
+                 work = padded_work(cu_seqlens, num_images, kSm90Keys, tail);
+    // At head dim 64 the wide block was no faster at equal work (CUDA entry 18): it must save some.
+    const bool wider = wide_work <= (head_dim_pad == 64 ? 0.95 : 1.05) * work;
+    two_groups = wider ? Kernel::sm90_wide_keys : Kernel::sm90;
+  }
+  if (head_dim_pad != 64 || two || narrow || wide) return two_groups;
+  // Head dim 64: three warpgroups where the model says they save 3% (CUDA 40: their blocks run
+  // 17% faster per row, but an image a row past whole 192-row tiles costs a whole item).
+  const double two_time = modeled_time(cu_seqlens, num_images,
+                                       two_groups == Kernel::sm90_wide_keys ? kTwoGroupsWide : kTwoGroups, tail),
+               three_time = modeled_time(cu_seqlens, num_images, kThreeGroups, tail);
+  return three_time < 0.97 * two_time ? Kernel::sm90_three_groups : two_groups;
 #else
   (void)vector_io, (void)head_dim_pad, (void)compute_capability, (void)cu_seqlens, (void)num_images;
   return Kernel::sm80;

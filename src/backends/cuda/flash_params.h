@@ -64,7 +64,9 @@ constexpr int schedule_index(Kernel kernel) {
 // The kernel a call runs: sm90 where it was built, the GPU is compute capability 9.0 (90), it has
 // the padded head dim, tiles move in 16-byte copies and some image is longer than 128 tokens
 // (VISATTN_CUDA_SM90=0: never; =1: regardless of the lengths); its wider key blocks where they
-// pad the work by at most 5% more (VISATTN_CUDA_SM90_KEYS=128 or =wide forces either). The
+// pad the work by at most 5% more (VISATTN_CUDA_SM90_KEYS=128 or =wide forces either); at head
+// dim 64 its three warpgroups where a cost model of the lengths says they are faster
+// (VISATTN_CUDA_SM90_GROUPS=3 or =2 forces either). The
 // lengths are the call's host cu_seqlens: for a prepared batch those of prepare(), which
 // update_device leaves alone, so every call with it (eager or a graph's replay) runs one kernel.
 // Any choice is correct for any lengths; the lengths only make it fast.
