@@ -79,6 +79,9 @@ const Adversarial kAdversarial[] = {
     // 5% of the padded work of 128-key blocks): their block edges.
     {"head_dim_128_key_block_edges", {352, 353, 528, 529}, 2, 2, 128},
     {"head_dim_80_key_block_edges", {192, 193, 384, 385, 576}, 2, 1, 80},
+    // These pick the sm90 kernel's three consumer warpgroups (192-row tiles; bench/NOTES.md CUDA
+    // 40): tiles of 191-193 rows, 1 and 2 rows past whole ones.
+    {"head_dim_64_tall_tile_edges", {191, 192, 193, 384, 385, 576}, 2, 2, 64},
     // A last query tile of 1-5 rows after whole 128-row tiles (a class token): on sm90 an item
     // for one warpgroup, and with 1025/129/257 a last key block of one key (the mma.sync tail).
     {"class_token_tails_head_dim_128", {1025, 129, 132, 133, 257}, 4, 2, 128},

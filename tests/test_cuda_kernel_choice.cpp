@@ -68,6 +68,8 @@ TEST(CudaKernelChoice, ThreeWarpgroupsWhereTheModelFavoursThem) {
   EXPECT_EQ(choice(true, 64, 90, repeat(1024, 32)), Kernel::sm90_three_groups);
   EXPECT_EQ(choice(true, 64, 90, repeat(2048, 8)), Kernel::sm90_three_groups);
   EXPECT_EQ(choice(true, 64, 90, repeat(257, 64)), Kernel::sm90_three_groups);  // 256 and a class token
+  // tests/test_backends.cpp's head_dim_64_tall_tile_edges runs on this form.
+  EXPECT_EQ(choice(true, 64, 90, {191, 192, 193, 384, 385, 576}), Kernel::sm90_three_groups);
   // A row past whole 192-row tiles is a whole item: clip (577, above) keeps two warpgroups,
   // and so do 640 (4 items of 192 rows against 5 of 128: even) and 197 (192 rows and 5).
   EXPECT_EQ(choice(true, 64, 90, repeat(640, 64)), Kernel::sm90);

@@ -39,7 +39,9 @@ Tile tile_of(int first_image, int end_image, int first_row) {
   return tile;
 }
 
-std::vector<Tile> schedule_of(const VarlenBatch& batch, int tile_rows) {
+// Writes the schedule to `out` (room for `capacity` tiles) and returns its tile count; throws
+// if it does not fit (the buffers were prepared for fewer tokens).
+int write_schedule(const VarlenBatch& batch, int tile_rows, Tile* out, int64_t capacity) {
   // A group: images [first_image, end_image) in `tiles` tiles (one, for a pack). Plain values,
   // so that an unprepared call's schedule costs no allocation per image (bench/NOTES.md CUDA 35).
   struct Group {
@@ -74,18 +76,21 @@ std::vector<Tile> schedule_of(const VarlenBatch& batch, int tile_rows) {
     pack_cost += int64_t(n) * n;
   }
   close_pack(int(lengths.size()));
+  if (tile_count > capacity) {
+    fail(ErrorCode::invalid_value, "batch: ", tile_count, " tiles of ", tile_rows, " rows exceed the ", capacity,
+         " the device buffers were prepared for; prepare a larger batch");
+  }
   std::stable_sort(groups.begin(), groups.end(), [](const Group& a, const Group& b) { return a.cost > b.cost; });
-  std::vector<Tile> schedule;
-  schedule.reserve(size_t(tile_count));
+  int written = 0;
   for (const Group& group : groups) {
-    const int first = int(schedule.size());
+    const int first = written;
     for (int t = 0; t < group.tiles; ++t) {
       Tile tile = tile_of(group.first_image, group.end_image, t * tile_rows);
       tile.group_first = first, tile.group_size = group.tiles;
-      schedule.push_back(tile);
+      out[written++] = tile;
     }
   }
-  return schedule;
+  return written;
 }
 
 // Writes the batch's bytes in `layout` to `bytes` (layout.bytes of them); throws if the batch
@@ -102,13 +107,8 @@ void write_device_image(const VarlenBatch& batch, const Layout& layout, char* by
     cu[i] = batch.cu_seqlens()[std::min<int64_t>(i, batch.num_images())];  // pad with the end
   }
   for (int i = 0; i < kSchedules; ++i) {
-    const std::vector<Tile> schedule = schedule_of(batch, kScheduleRows[i]);
-    if (int64_t(schedule.size()) > layout.tile_capacity[i]) {  // the layout was made for fewer tokens
-      fail(ErrorCode::invalid_value, "batch: ", schedule.size(), " tiles of ", kScheduleRows[i], " rows exceed the ",
-           layout.tile_capacity[i], " the device buffers were prepared for; prepare a larger batch");
-    }
-    counts[i] = int32_t(schedule.size());
-    std::copy(schedule.begin(), schedule.end(), reinterpret_cast<Tile*>(bytes + layout.schedule_offset[i]));
+    counts[i] = write_schedule(batch, kScheduleRows[i], reinterpret_cast<Tile*>(bytes + layout.schedule_offset[i]),
+                               layout.tile_capacity[i]);
   }
 }
 

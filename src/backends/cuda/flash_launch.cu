@@ -78,12 +78,17 @@ int sm90_tail_limit() {
 
 // The sm90 kernel's work at `keys` keys per block: each image's query rows times its keys
 // rounded up to whole blocks (down, where the rest is a tail of at most tail_limit keys).
+// Whether an image of n tokens ends in a tail: whole blocks of `keys`, then at most tail_limit.
+bool has_tail(int64_t n, int keys, int tail_limit) {
+  const int64_t rest = n % keys;
+  return n > keys && rest > 0 && rest <= tail_limit;
+}
+
 double padded_work(const int32_t* cu_seqlens, int64_t num_images, int keys, int tail_limit) {
   double work = 0.0;
   for (int64_t i = 0; i < num_images; ++i) {
-    const int64_t n = cu_seqlens[i + 1] - cu_seqlens[i], rest = n % keys;
-    const bool tail = n > keys && rest > 0 && rest <= tail_limit;
-    work += double(n) * double(tail ? n - rest : (n + keys - 1) / keys * keys);
+    const int64_t n = cu_seqlens[i + 1] - cu_seqlens[i];
+    work += double(n) * double(has_tail(n, keys, tail_limit) ? n - n % keys : (n + keys - 1) / keys * keys);
   }
   return work;
 }
@@ -99,15 +104,15 @@ struct Sm90Form {
   double block, item;
 };
 constexpr Sm90Form kTwoGroups{kWideTileRows, kSm90Keys, 43.1, 59.4};
-constexpr Sm90Form kTwoGroupsWide{kWideTileRows, 192, 55.0, 59.4};
+constexpr Sm90Form kTwoGroupsWide{kWideTileRows, sm90_wide_keys(64), 55.0, 59.4};
 constexpr Sm90Form kThreeGroups{kTallTileRows, kSm90Keys, 55.3, 68.0};
 
 double modeled_time(const int32_t* cu_seqlens, int64_t num_images, const Sm90Form& form, int tail_limit) {
   double time = 0.0;
   for (int64_t i = 0; i < num_images; ++i) {
-    const int64_t n = cu_seqlens[i + 1] - cu_seqlens[i], rest = n % form.keys;
-    const bool tail = n > form.keys && rest > 0 && rest <= tail_limit;
-    const double blocks = tail ? double(n / form.keys) + 0.5 : double((n + form.keys - 1) / form.keys);
+    const int64_t n = cu_seqlens[i + 1] - cu_seqlens[i];
+    const double blocks = has_tail(n, form.keys, tail_limit) ? double(n / form.keys) + 0.5
+                                                              : double((n + form.keys - 1) / form.keys);
     const double items = n >= form.rows ? double((n + form.rows - 1) / form.rows) : double(n) / form.rows;
     time += items * (blocks * form.block + form.item);
   }
@@ -137,16 +142,15 @@ Kernel kernel_for(bool vector_io, int head_dim_pad, int compute_capability, cons
   if (!forced && max_seqlen <= kWideTileRows) return Kernel::sm80;
   static const bool three = env_is("VISATTN_CUDA_SM90_GROUPS", "3"), two = env_is("VISATTN_CUDA_SM90_GROUPS", "2");
   if (three && head_dim_pad == 64) return Kernel::sm90_three_groups;
-  const int wide_keys = sm90_wide_keys(head_dim_pad);
   const int tail = sm90_tail_limit();
-  Kernel two_groups = wide && wide_keys != kSm90Keys ? Kernel::sm90_wide_keys : Kernel::sm90;
-  if (!narrow && !wide && wide_keys != kSm90Keys) {
-    const double wide_work = padded_work(cu_seqlens, num_images, wide_keys, tail),
+  // Two warpgroups: the wide key block where it pads the work little.
+  const auto by_padding = [&] {
+    const double wide_work = padded_work(cu_seqlens, num_images, sm90_wide_keys(head_dim_pad), tail),
                  work = padded_work(cu_seqlens, num_images, kSm90Keys, tail);
     // At head dim 64 the wide block was no faster at equal work (CUDA entry 18): it must save some.
-    const bool wider = wide_work <= (head_dim_pad == 64 ? 0.95 : 1.05) * work;
-    two_groups = wider ? Kernel::sm90_wide_keys : Kernel::sm90;
-  }
+    return wide_work <= (head_dim_pad == 64 ? 0.95 : 1.05) * work ? Kernel::sm90_wide_keys : Kernel::sm90;
+  };
+  const Kernel two_groups = narrow ? Kernel::sm90 : wide ? Kernel::sm90_wide_keys : by_padding();
   if (head_dim_pad != 64 || two || narrow || wide) return two_groups;
   // Head dim 64: three warpgroups where the model says they save 3% (CUDA 40: their blocks run
   // 17% faster per row, but an image a row past whole 192-row tiles costs a whole item).
