@@ -829,10 +829,11 @@ cudaError_t launch(const KernelParams& kp, int tail_limit, dim3 grid, cudaStream
 template <typename T>
 cudaError_t dispatch(const KernelParams& kp, int head_dim_pad, Kernel kernel, int tail_limit, dim3 grid,
                      cudaStream_t stream) {
-  // Experiment knob: VISATTN_CUDA_SM90_SUM=0 keeps the row sums on the CUDA cores at head dim 64.
+  // Experiment knob (bench/NOTES.md CUDA entry 41, not yet measured): VISATTN_CUDA_SM90_SUM=1
+  // puts the row sums on the tensor cores at head dim 64.
   static const bool sum = [] {
     const char* set = std::getenv("VISATTN_CUDA_SM90_SUM");
-    return !(set && std::strcmp(set, "0") == 0);
+    return set && std::strcmp(set, "1") == 0;
   }();
   if (kernel == Kernel::sm90_three_groups) {
     if (head_dim_pad != 64) return cudaErrorInvalidValue;
