@@ -141,8 +141,8 @@ struct Tiles {
   // Per Q buffer: Q full/empty, slot full; per stage: K and V full/empty.
   static constexpr int kBarrierBytes = (3 * kMaxQBuffers + 4 * kMaxStages) * 8;
   static constexpr int kSlotBytes = (kMaxQBuffers * sizeof(ItemSlot) + 15) / 16 * 16;
-  // With the row sums on the tensor cores (Sum): a k16 step of V's second 64-column atom, all
-  // ones (16 rows of 128 bytes), which every P V step reads as columns D..D+7.
+  // With the row sums on the tensor cores (Sum): a block of ones, 16 rows of 128 bytes: a k16
+  // step of a 64-column atom, which P V reads as 8 more columns of V (see issue_pv).
   static constexpr int kOnesBytes = Sum ? 16 * 128 : 0;
   static constexpr int stages_beside(int q_buffers) {
     const int fit = (kMaxShared - q_buffers * kQBytes - kOnesBytes - kBarrierBytes - kSlotBytes) / kStageBytes;
@@ -389,6 +389,8 @@ __global__ void __launch_bounds__(Block<Groups>::kThreads, 1)
   // O, and with Sum the row sums of P as 8 more columns (D..D+7, each the whole sum; a thread's
   // o[D / 2 + 2 h] for row slot h): the tensor cores add them as P V adds O, and O's rescale
   // scales them, so the softmax adds no exponential to a sum (one FADD per score fewer).
+  // At head dim 64 they are one wgmma with O (64 x 72); at the wider head dims an m64n8 wgmma
+  // of their own per k16 step (V's atoms take the LBO; see issue_pv).
   constexpr int kOColumns = Sum ? D + 8 : D;
   float o[kOColumns / 2];  // register 4 j + e: row slot e / 2, column 8 j + 2 quad + e % 2
   // O times each row's scale. Once a row's maximum has settled, its scale is exactly 1: most
@@ -413,14 +415,17 @@ __global__ void __launch_bounds__(Block<Groups>::kThreads, 1)
   uint32_t q_desc = q_desc_first;
   const uint32_t k_desc = sm90::descriptor_low(stages, 16);
   // V's second 64-column atom is LBO bytes after its first: the next atom of its tile, or with
-  // Sum (head dim 64: one atom) the block of ones. Each k16 step of V (and each stage) then has
-  // its own LBO, the distance from its rows to the ones: its descriptor steps the address up and
-  // the LBO down by the same amount (v_step; the fields do not carry into each other).
-  static_assert(!Sum || Layout::kAtoms == 1, "the ones are V's second atom");
+  // the sums at head dim 64 (one atom; kSumsAsV) the block of ones. Each k16 step of V (and each
+  // stage) then has its own LBO, the distance from its rows to the ones: its descriptor steps
+  // the address up and the LBO down by the same amount (v_step; the fields do not carry into
+  // each other).
+  constexpr bool kSumsAsV = Sum && Layout::kAtoms == 1;
   const unsigned char* v_first = stages + Layout::kKVBytes;
-  const uint32_t v_desc = sm90::descriptor_low(v_first, Sum ? shared + Layout::kOnesOffset - v_first : kKeys * 128);
+  const unsigned char* ones = shared + Layout::kOnesOffset;
+  const uint32_t v_desc = sm90::descriptor_low(v_first, kSumsAsV ? ones - v_first : kKeys * 128);
+  const uint32_t ones_desc = sm90::descriptor_low(ones, 0);  // K-major, 8 rows: one 1024-byte atom
   auto stage_step = [](int n) { return uint32_t(n % kStages * (Layout::kStageBytes / 16)); };
-  auto v_step = [](uint32_t units) { return Sum ? units - (units << 16) : units; };
+  auto v_step = [](uint32_t units) { return kSumsAsV ? units - (units << 16) : units; };
   // With Q in registers: this warp's Q as the k16 A fragments of S (the layout of P's), from
   // the item's Q tile; q_fragments[kk][e]: row slot e % 2, columns 16 kk + 8 (e / 2) + 2 quad
   // + {0, 1}.
@@ -453,7 +458,14 @@ __global__ void __launch_bounds__(Block<Groups>::kThreads, 1)
   auto issue_pv = [&](int n) {
     const uint32_t v_n = v_desc + v_step(stage_step(n));
 #pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk) sm90::Wgmma<T, kOColumns>::rs_mn(o, p_now[kk], v_n + v_step(kk * 16 * 128 / 16), 1);
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      if constexpr (kSumsAsV || !Sum) {
+        sm90::Wgmma<T, kOColumns>::rs_mn(o, p_now[kk], v_n + v_step(kk * 16 * 128 / 16), 1);
+      } else {
+        sm90::Wgmma<T, D>::rs_mn(reinterpret_cast<float(&)[D / 2]>(o), p_now[kk], v_n + kk * 16 * 128 / 16, 1);
+        sm90::Wgmma<T, 8>::rs(reinterpret_cast<float(&)[4]>(o[D / 2]), p_now[kk], ones_desc, 1);
+      }
+    }
     sm90::wgmma_commit();
   };
   // Masks and exponentiates S of the item's key block j in place; row_scale: how much O must
@@ -830,29 +842,25 @@ template <typename T>
 cudaError_t dispatch(const KernelParams& kp, int head_dim_pad, Kernel kernel, int tail_limit, dim3 grid,
                      cudaStream_t stream) {
   // Experiment knob (bench/NOTES.md CUDA entry 41, not yet measured): VISATTN_CUDA_SM90_SUM=1
-  // puts the row sums on the tensor cores at head dim 64.
+  // puts the row sums on the tensor cores.
   static const bool sum = [] {
     const char* set = std::getenv("VISATTN_CUDA_SM90_SUM");
     return set && std::strcmp(set, "1") == 0;
   }();
-  if (kernel == Kernel::sm90_three_groups) {
-    if (head_dim_pad != 64) return cudaErrorInvalidValue;
-    return sum ? launch<T, 64, kSm90Keys, 3, true>(kp, tail_limit, grid, stream)
-               : launch<T, 64, kSm90Keys, 3>(kp, tail_limit, grid, stream);
-  }
-  return Sm90HeadDims::visit(head_dim_pad, cudaErrorInvalidValue, [&](auto d) {
-    constexpr int D = decltype(d)::value;
-    if constexpr (D == 64) {
-      if (sum) {
-        if (kernel == Kernel::sm90_wide_keys) return launch<T, D, sm90_wide_keys(D), 2, true>(kp, tail_limit, grid, stream);
-        return launch<T, D, kSm90Keys, 2, true>(kp, tail_limit, grid, stream);
+  auto run = [&](auto sums) {
+    constexpr bool Sum = decltype(sums)::value;
+    if (kernel == Kernel::sm90_three_groups) {
+      return head_dim_pad == 64 ? launch<T, 64, kSm90Keys, 3, Sum>(kp, tail_limit, grid, stream) : cudaErrorInvalidValue;
+    }
+    return Sm90HeadDims::visit(head_dim_pad, cudaErrorInvalidValue, [&](auto d) {
+      constexpr int D = decltype(d)::value;
+      if constexpr (sm90_wide_keys(D) != kSm90Keys) {
+        if (kernel == Kernel::sm90_wide_keys) return launch<T, D, sm90_wide_keys(D), 2, Sum>(kp, tail_limit, grid, stream);
       }
-    }
-    if constexpr (sm90_wide_keys(D) != kSm90Keys) {
-      if (kernel == Kernel::sm90_wide_keys) return launch<T, D, sm90_wide_keys(D), 2>(kp, tail_limit, grid, stream);
-    }
-    return launch<T, D, kSm90Keys, 2>(kp, tail_limit, grid, stream);
-  });
+      return launch<T, D, kSm90Keys, 2, Sum>(kp, tail_limit, grid, stream);
+    });
+  };
+  return sum ? run(std::true_type{}) : run(std::false_type{});
 }
 
 }  // namespace
