@@ -129,7 +129,7 @@ __device__ inline void store_slot(ItemSlot* slot, const ItemSlot& item, bool wri
 // 128-byte rows (64 elements) per 64-column atom of the head dim; then the barriers and an item
 // slot per Q buffer. As many stages as fit, up to 4; a second Q buffer where it costs no stage
 // (head dim 64), so that the next item's Q lands while this one runs.
-template <int D, int Keys, int Groups, bool Sum>
+template <int D, int Keys, int Groups>
 struct Tiles {
   static constexpr int kKeys = Keys;
   static constexpr int kAtoms = (D + 63) / 64;
@@ -141,18 +141,14 @@ struct Tiles {
   // Per Q buffer: Q full/empty, slot full; per stage: K and V full/empty.
   static constexpr int kBarrierBytes = (3 * kMaxQBuffers + 4 * kMaxStages) * 8;
   static constexpr int kSlotBytes = (kMaxQBuffers * sizeof(ItemSlot) + 15) / 16 * 16;
-  // With the row sums on the tensor cores (Sum): a block of ones, 16 rows of 128 bytes: a k16
-  // step of a 64-column atom, which P V reads as 8 more columns of V (see issue_pv).
-  static constexpr int kOnesBytes = Sum ? 16 * 128 : 0;
   static constexpr int stages_beside(int q_buffers) {
-    const int fit = (kMaxShared - q_buffers * kQBytes - kOnesBytes - kBarrierBytes - kSlotBytes) / kStageBytes;
+    const int fit = (kMaxShared - q_buffers * kQBytes - kBarrierBytes - kSlotBytes) / kStageBytes;
     return fit < kMaxStages ? fit : kMaxStages;
   }
   static constexpr int kStages = stages_beside(1);
   static constexpr int kQBuffers = stages_beside(2) == kStages ? 2 : 1;
   static constexpr int kStagesOffset = kQBuffers * kQBytes;
-  static constexpr int kOnesOffset = kStagesOffset + kStages * kStageBytes;  // 1024-byte aligned
-  static constexpr int kBarriersOffset = kOnesOffset + kOnesBytes;
+  static constexpr int kBarriersOffset = kStagesOffset + kStages * kStageBytes;
   static constexpr int kSlotOffset = kBarriersOffset + kBarrierBytes;
   static constexpr int kBytes = kSlotOffset + kSlotBytes;
   static_assert(kStages >= 2 && kBytes <= kMaxShared, "the tiles fit an H100's shared memory");
@@ -197,11 +193,11 @@ struct TensorMaps {
   int enabled;
 };
 
-template <typename T, int D, int Keys, int Groups, bool Sum>
+template <typename T, int D, int Keys, int Groups>
 __global__ void __launch_bounds__(Block<Groups>::kThreads, 1)
     flash_fwd_sm90_kernel(const KernelParams p, int tail_limit, const __grid_constant__ TensorMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Layout = Tiles<D, Keys, Groups, Sum>;
+  using Layout = Tiles<D, Keys, Groups>;
   constexpr int kKeys = Layout::kKeys, kStages = Layout::kStages, kScores = kKeys / 2;  // S registers per thread
   using Regs = Registers<D, Keys, Groups>;
   constexpr int kRows = Block<Groups>::kRows, kConsumers = Groups, kConsumerThreads = Block<Groups>::kConsumerThreads;
@@ -248,11 +244,6 @@ __global__ void __launch_bounds__(Block<Groups>::kThreads, 1)
       mbarrier::init(&empty_v[s], 4 * kConsumers);
     }
     mbarrier::fence_init();
-  }
-  if constexpr (Sum) {
-    uint32_t* ones = reinterpret_cast<uint32_t*>(shared + Layout::kOnesOffset);
-    for (int i = threadIdx.x; i < Layout::kOnesBytes / 4; i += Block<Groups>::kThreads) ones[i] = pack2<T>(1.0f, 1.0f);
-    sm90::fence_async_shared();  // the ones, visible to the tensor cores' reads
   }
   __syncthreads();
   // Items of this block: one per round of gridDim.x items, in a snake order
@@ -386,19 +377,13 @@ __global__ void __launch_bounds__(Block<Groups>::kThreads, 1)
   if (group == kConsumers - 1) turn_end();  // warpgroup 0 takes the first turn
 
   const bool windowed = p.window_left >= 0 || p.window_right >= 0;
-  // O, and with Sum the row sums of P as 8 more columns (D..D+7, each the whole sum; a thread's
-  // o[D / 2 + 2 h] for row slot h): the tensor cores add them as P V adds O, and O's rescale
-  // scales them, so the softmax adds no exponential to a sum (one FADD per score fewer).
-  // At head dim 64 they are one wgmma with O (64 x 72); at the wider head dims an m64n8 wgmma
-  // of their own per k16 step (V's atoms take the LBO; see issue_pv).
-  constexpr int kOColumns = Sum ? D + 8 : D;
-  float o[kOColumns / 2];  // register 4 j + e: row slot e / 2, column 8 j + 2 quad + e % 2
+  float o[D / 2];  // register 4 j + e: row slot e / 2, column 8 j + 2 quad + e % 2
   // O times each row's scale. Once a row's maximum has settled, its scale is exactly 1: most
   // blocks skip this.
   auto scale_o = [&](const float(&scale)[2]) {
     if (__any_sync(0xffffffffu, scale[0] != 1.0f || scale[1] != 1.0f)) {
 #pragma unroll
-      for (int i = 0; i < kOColumns / 2; ++i) o[i] *= scale[i % 4 / 2];
+      for (int i = 0; i < D / 2; ++i) o[i] *= scale[i % 4 / 2];
     }
   };
   float s[kScores];  // register 4 n + e: row slot e / 2, key kb + 8 n + 2 quad + e % 2
@@ -414,18 +399,9 @@ __global__ void __launch_bounds__(Block<Groups>::kThreads, 1)
   const uint32_t q_desc_first = sm90::descriptor_low(q_tile, 16);  // the first Q buffer's
   uint32_t q_desc = q_desc_first;
   const uint32_t k_desc = sm90::descriptor_low(stages, 16);
-  // V's second 64-column atom is LBO bytes after its first: the next atom of its tile, or with
-  // the sums at head dim 64 (one atom; kSumsAsV) the block of ones. Each k16 step of V (and each
-  // stage) then has its own LBO, the distance from its rows to the ones: its descriptor steps
-  // the address up and the LBO down by the same amount (v_step; the fields do not carry into
-  // each other).
-  constexpr bool kSumsAsV = Sum && Layout::kAtoms == 1;
-  const unsigned char* v_first = stages + Layout::kKVBytes;
-  const unsigned char* ones = shared + Layout::kOnesOffset;
-  const uint32_t v_desc = sm90::descriptor_low(v_first, kSumsAsV ? ones - v_first : kKeys * 128);
-  const uint32_t ones_desc = sm90::descriptor_low(ones, 0);  // K-major, 8 rows: one 1024-byte atom
+  // V's second 64-column atom is LBO bytes after its first: the next atom of its tile.
+  const uint32_t v_desc = sm90::descriptor_low(stages + Layout::kKVBytes, kKeys * 128);
   auto stage_step = [](int n) { return uint32_t(n % kStages * (Layout::kStageBytes / 16)); };
-  auto v_step = [](uint32_t units) { return kSumsAsV ? units - (units << 16) : units; };
   // With Q in registers: this warp's Q as the k16 A fragments of S (the layout of P's), from
   // the item's Q tile; q_fragments[kk][e]: row slot e % 2, columns 16 kk + 8 (e / 2) + 2 quad
   // + {0, 1}.
@@ -456,16 +432,9 @@ __global__ void __launch_bounds__(Block<Groups>::kThreads, 1)
   };
   // O += P V of key block n (not waited for).
   auto issue_pv = [&](int n) {
-    const uint32_t v_n = v_desc + v_step(stage_step(n));
+    const uint32_t v_n = v_desc + stage_step(n);
 #pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk) {
-      if constexpr (kSumsAsV || !Sum) {
-        sm90::Wgmma<T, kOColumns>::rs_mn(o, p_now[kk], v_n + v_step(kk * 16 * 128 / 16), 1);
-      } else {
-        sm90::Wgmma<T, D>::rs_mn(reinterpret_cast<float(&)[D / 2]>(o), p_now[kk], v_n + kk * 16 * 128 / 16, 1);
-        sm90::Wgmma<T, 8>::rs(reinterpret_cast<float(&)[4]>(o[D / 2]), p_now[kk], ones_desc, 1);
-      }
-    }
+    for (int kk = 0; kk < kKeys / 16; ++kk) sm90::Wgmma<T, D>::rs_mn(o, p_now[kk], v_n + kk * 16 * 128 / 16, 1);
     sm90::wgmma_commit();
   };
   // Masks and exponentiates S of the item's key block j in place; row_scale: how much O must
@@ -502,7 +471,7 @@ __global__ void __launch_bounds__(Block<Groups>::kThreads, 1)
 #pragma unroll
     for (int i = 0; i < kScores; ++i) {
       s[i] = exp2_fast(fmaf(s[i], post, -row_base[i % 4 / 2]));
-      if constexpr (!Sum) row_sum[i % 4 / 2] += s[i];
+      row_sum[i % 4 / 2] += s[i];
     }
   };
   // P (the exponentiated S) into P V's A fragments: two n-blocks of S are one k16 fragment.
@@ -569,10 +538,9 @@ __global__ void __launch_bounds__(Block<Groups>::kThreads, 1)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         score[i] = exp2_fast(score[i] - base[i / 2]);
-        if constexpr (!Sum) row_sum[i / 2] += score[i];
+        row_sum[i / 2] += score[i];
       }
       const uint32_t p0 = pack2<T>(score[0], score[1]), p1 = pack2<T>(score[2], score[3]);
-      if constexpr (Sum) mma_16x8x8<T>(o + D / 2, p0, p1, pack2<T>(1.0f, 1.0f));  // the sums' n-block
 #pragma unroll
       for (int j = 0; j < D / 8; j += 4) {  // four n-blocks of V per ldmatrix (80: two last)
         if (j + 3 < D / 8) {
@@ -656,7 +624,6 @@ __global__ void __launch_bounds__(Block<Groups>::kThreads, 1)
     for (int h = 0; h < 2; ++h) {
       row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
       row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
-      if constexpr (Sum) row_sum[h] += o[D / 2 + 2 * h];  // row_sum itself holds only the sink's term
       const float inverse = row_sum[h] > 0.0f ? 1.0f / row_sum[h] : 0.0f;
 #pragma unroll
       for (int j = 0; j < D / 8; ++j) packed[h][j] = pack2<T>(o[4 * j + 2 * h] * inverse, o[4 * j + 2 * h + 1] * inverse);
@@ -680,7 +647,7 @@ __global__ void __launch_bounds__(Block<Groups>::kThreads, 1)
   };
   auto clear_o = [&] {
 #pragma unroll
-    for (int i = 0; i < kOColumns / 2; ++i) o[i] = 0.0f;
+    for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
   };
 
   for (int round = 0;; ++round) {
@@ -798,9 +765,9 @@ bool encode_map(CUtensorMap& map, const void* base, int head_dim, int heads, int
 
 // One block per SM (registers allow no more) walks the items; the grid is sized for the
 // bucket, so no more blocks than it.
-template <typename T, int D, int Keys, int Groups, bool Sum = false>
+template <typename T, int D, int Keys, int Groups>
 cudaError_t launch(const KernelParams& kp, int tail_limit, dim3 grid, cudaStream_t stream) {
-  auto kernel = flash_fwd_sm90_kernel<T, D, Keys, Groups, Sum>;
+  auto kernel = flash_fwd_sm90_kernel<T, D, Keys, Groups>;
   // Whole Q tiles and K/V blocks by TMA (NOTES CUDA 23); test knob: VISATTN_CUDA_SM90_TMA=0
   // copies everything with cp.async, as partial tiles always are.
   static const bool tma = [] {
@@ -821,7 +788,7 @@ cudaError_t launch(const KernelParams& kp, int tail_limit, dim3 grid, cudaStream
                  (long long)kp.q_token_stride, (long long)kp.q_head_stride, (long long)kp.k_token_stride,
                  (long long)kp.k_head_stride, (long long)kp.v_token_stride, (long long)kp.v_head_stride);
   }
-  constexpr int kBytes = Tiles<D, Keys, Groups, Sum>::kBytes;
+  constexpr int kBytes = Tiles<D, Keys, Groups>::kBytes;
   cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   int device = 0, sms = 0;
   if (status == cudaSuccess) status = cudaGetDevice(&device);
@@ -841,26 +808,16 @@ cudaError_t launch(const KernelParams& kp, int tail_limit, dim3 grid, cudaStream
 template <typename T>
 cudaError_t dispatch(const KernelParams& kp, int head_dim_pad, Kernel kernel, int tail_limit, dim3 grid,
                      cudaStream_t stream) {
-  // Experiment knob (bench/NOTES.md CUDA entry 41, not yet measured): VISATTN_CUDA_SM90_SUM=1
-  // puts the row sums on the tensor cores.
-  static const bool sum = [] {
-    const char* set = std::getenv("VISATTN_CUDA_SM90_SUM");
-    return set && std::strcmp(set, "1") == 0;
-  }();
-  auto run = [&](auto sums) {
-    constexpr bool Sum = decltype(sums)::value;
-    if (kernel == Kernel::sm90_three_groups) {
-      return head_dim_pad == 64 ? launch<T, 64, kSm90Keys, 3, Sum>(kp, tail_limit, grid, stream) : cudaErrorInvalidValue;
+  if (kernel == Kernel::sm90_three_groups) {
+    return head_dim_pad == 64 ? launch<T, 64, kSm90Keys, 3>(kp, tail_limit, grid, stream) : cudaErrorInvalidValue;
+  }
+  return Sm90HeadDims::visit(head_dim_pad, cudaErrorInvalidValue, [&](auto d) {
+    constexpr int D = decltype(d)::value;
+    if constexpr (sm90_wide_keys(D) != kSm90Keys) {
+      if (kernel == Kernel::sm90_wide_keys) return launch<T, D, sm90_wide_keys(D), 2>(kp, tail_limit, grid, stream);
     }
-    return Sm90HeadDims::visit(head_dim_pad, cudaErrorInvalidValue, [&](auto d) {
-      constexpr int D = decltype(d)::value;
-      if constexpr (sm90_wide_keys(D) != kSm90Keys) {
-        if (kernel == Kernel::sm90_wide_keys) return launch<T, D, sm90_wide_keys(D), 2, Sum>(kp, tail_limit, grid, stream);
-      }
-      return launch<T, D, kSm90Keys, 2, Sum>(kp, tail_limit, grid, stream);
-    });
-  };
-  return sum ? run(std::true_type{}) : run(std::false_type{});
+    return launch<T, D, kSm90Keys, 2>(kp, tail_limit, grid, stream);
+  });
 }
 
 }  // namespace

@@ -91,18 +91,6 @@ struct Wgmma;
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc_b), "r"(accumulate), "n"(kDescriptorHigh));   \
   }
 
-// The same at head dim 64 with 8 more columns, from a block of ones (the row sums of P: flash_fwd_sm90.cu).
-#define VISATTN_WGMMA_RS_N72(TY)                                                              \
-  __device__ static void rs_mn(float (&d)[36], const uint32_t (&a)[4], uint32_t desc_b, int accumulate) { \
-    asm volatile("{\n.reg .pred p;\n.reg .b64 db;\nmov.b64 db, {%40, %42};\nsetp.ne.b32 p, %41, 0;\n"                                 \
-                 "wgmma.mma_async.sync.aligned.m64n72k16.f32." TY "." TY " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35}, {%36, %37, %38, %39}, db, p, 1, 1, 1;\n}\n" \
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]) \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc_b), "r"(accumulate), "n"(kDescriptorHigh));   \
-  }
-
-
-
-
 // d (+)= A Bᵀ, A [64 x 16] and B [128 x 16] K-major in shared memory (Q Kᵀ: 128 keys).
 #define VISATTN_WGMMA_SS_N128(TY)                                                             \
   __device__ static void ss(float (&d)[64], uint32_t desc_a, uint32_t desc_b, int accumulate) { \
@@ -157,20 +145,7 @@ struct Wgmma;
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc_b), "r"(accumulate), "n"(kDescriptorHigh));   \
   }
 
-// The same with 8 columns: P times a block of ones, the row sums of P (flash_fwd_sm90.cu).
-#define VISATTN_WGMMA_RS_K_N8(TY)                                                              \
-  __device__ static void rs(float (&d)[4], const uint32_t (&a)[4], uint32_t desc_b, int accumulate) { \
-    asm volatile("{\n.reg .pred p;\n.reg .b64 db;\nmov.b64 db, {%8, %10};\nsetp.ne.b32 p, %9, 0;\n"                                 \
-                 "wgmma.mma_async.sync.aligned.m64n8k16.f32." TY "." TY " {%0, %1, %2, %3}, {%4, %5, %6, %7}, db, p, 1, 1, 0;\n}\n" \
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc_b), "r"(accumulate), "n"(kDescriptorHigh));   \
-  }
-
 #define VISATTN_WGMMA_SHAPES(T, TY)                                                          \
-  template <>                                                                                \
-  struct Wgmma<T, 8> {                                                                       \
-    VISATTN_WGMMA_RS_K_N8(TY)                                                                \
-  };                                                                                         \
   template <>                                                                                \
   struct Wgmma<T, 64> {                                                                      \
     VISATTN_WGMMA_RS_N64(TY)                                                                 \
@@ -188,10 +163,6 @@ struct Wgmma;
     VISATTN_WGMMA_SS_N128(TY)                                                                \
     VISATTN_WGMMA_RS_N128(TY)                                                                \
     VISATTN_WGMMA_RS_K_N128(TY)                                                              \
-  };                                                                                         \
-  template <>                                                                                \
-  struct Wgmma<T, 72> {                                                                     \
-    VISATTN_WGMMA_RS_N72(TY)                                                                \
   };                                                                                         \
   template <>                                                                                \
   struct Wgmma<T, 176> {                                                                     \
