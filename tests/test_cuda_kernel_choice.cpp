@@ -36,7 +36,7 @@ const char* skip_reason() {
 }
 
 TEST(CudaKernelChoice, WideKeyBlocksWhereTheyPadLittle) {
-  if (*skip_reason()) GTEST_SKIP() << skip_reason();
+  if (const char* why = skip_reason(); *why) GTEST_SKIP() << why;
   // The public workloads on an H200 (compute capability 90), 16-byte aligned tensors.
   EXPECT_EQ(choice(true, 128, 90, repeat(1025, 16)), Kernel::sm90_wide_keys);  // internvit
   EXPECT_EQ(choice(true, 128, 90, repeat(16384, 4)), Kernel::sm90_wide_keys);  // hd128-long4
@@ -62,7 +62,7 @@ TEST(CudaKernelChoice, WideKeyBlocksWhereTheyPadLittle) {
 // whole 192-row tiles or few partial ones (bench/NOTES.md CUDA 40 measured 512, 576, 577, 640,
 // 1024 and 2048 tokens on an H100).
 TEST(CudaKernelChoice, ThreeWarpgroupsWhereTheModelFavoursThem) {
-  if (*skip_reason()) GTEST_SKIP() << skip_reason();
+  if (const char* why = skip_reason(); *why) GTEST_SKIP() << why;
   EXPECT_EQ(choice(true, 64, 90, repeat(512, 64)), Kernel::sm90_three_groups);
   EXPECT_EQ(choice(true, 64, 90, repeat(576, 64)), Kernel::sm90_three_groups);
   EXPECT_EQ(choice(true, 64, 90, repeat(1024, 32)), Kernel::sm90_three_groups);

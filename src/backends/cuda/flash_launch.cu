@@ -76,14 +76,14 @@ int sm90_tail_limit() {
   return limit;
 }
 
-// The sm90 kernel's work at `keys` keys per block: each image's query rows times its keys
-// rounded up to whole blocks (down, where the rest is a tail of at most tail_limit keys).
 // Whether an image of n tokens ends in a tail: whole blocks of `keys`, then at most tail_limit.
 bool has_tail(int64_t n, int keys, int tail_limit) {
   const int64_t rest = n % keys;
   return n > keys && rest > 0 && rest <= tail_limit;
 }
 
+// The sm90 kernel's work at `keys` keys per block: each image's query rows times its keys
+// rounded up to whole blocks (down, where the rest is a tail of at most tail_limit keys).
 double padded_work(const int32_t* cu_seqlens, int64_t num_images, int keys, int tail_limit) {
   double work = 0.0;
   for (int64_t i = 0; i < num_images; ++i) {
