@@ -15,7 +15,8 @@
 //     buffer, in registers: the buffer is then free for the next item's Q) and then O += P V of
 //     block j - 1 (m64nDk16, P from registers, V in shared memory, MN-major) in one issue. They
 //     take turns issuing (ping-pong, round robin), so that one's softmax runs under the others' MMAs
-//     (ptxas waits for P V before the softmax; see the loop);
+//     (ptxas waits for P V before the softmax but at head dim 128, where a shared-memory store
+//     pins the wait below the exponentials; see the loop);
 //   - the producer loads the next item's Q and K/V while the consumers finish this one; the
 //     consumers issue the next item's first S and then store this one's O from registers
 //     (packed), so that the stores run under that S.
@@ -129,7 +130,7 @@ __device__ inline void store_slot(ItemSlot* slot, const ItemSlot& item, bool wri
 // 128-byte rows (64 elements) per 64-column atom of the head dim; then the barriers and an item
 // slot per Q buffer. As many stages as fit, up to 4; a second Q buffer where it costs no stage
 // (head dim 64), so that the next item's Q lands while this one runs.
-template <int D, int Keys, int Groups>
+template <int D, int Keys, int Groups, bool Pinned = false>
 struct Tiles {
   static constexpr int kKeys = Keys;
   static constexpr int kAtoms = (D + 63) / 64;
@@ -141,8 +142,9 @@ struct Tiles {
   // Per Q buffer: Q full/empty, slot full; per stage: K and V full/empty.
   static constexpr int kBarrierBytes = (3 * kMaxQBuffers + 4 * kMaxStages) * 8;
   static constexpr int kSlotBytes = (kMaxQBuffers * sizeof(ItemSlot) + 15) / 16 * 16;
+  static constexpr int kPinBytes = Pinned ? Groups * 128 * 8 : 0;  // the softmax's pin: 8 bytes a consumer thread
   static constexpr int stages_beside(int q_buffers) {
-    const int fit = (kMaxShared - q_buffers * kQBytes - kBarrierBytes - kSlotBytes) / kStageBytes;
+    const int fit = (kMaxShared - q_buffers * kQBytes - kBarrierBytes - kSlotBytes - kPinBytes) / kStageBytes;
     return fit < kMaxStages ? fit : kMaxStages;
   }
   static constexpr int kStages = stages_beside(1);
@@ -150,7 +152,8 @@ struct Tiles {
   static constexpr int kStagesOffset = kQBuffers * kQBytes;
   static constexpr int kBarriersOffset = kStagesOffset + kStages * kStageBytes;
   static constexpr int kSlotOffset = kBarriersOffset + kBarrierBytes;
-  static constexpr int kBytes = kSlotOffset + kSlotBytes;
+  static constexpr int kPinOffset = kSlotOffset + kSlotBytes;
+  static constexpr int kBytes = kPinOffset + kPinBytes;
   static_assert(kStages >= 2 && kBytes <= kMaxShared, "the tiles fit an H100's shared memory");
 };
 
@@ -193,11 +196,11 @@ struct TensorMaps {
   int enabled;
 };
 
-template <typename T, int D, int Keys, int Groups>
+template <typename T, int D, int Keys, int Groups, bool Pinned>
 __global__ void __launch_bounds__(Block<Groups>::kThreads, 1)
     flash_fwd_sm90_kernel(const KernelParams p, int tail_limit, const __grid_constant__ TensorMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Layout = Tiles<D, Keys, Groups>;
+  using Layout = Tiles<D, Keys, Groups, Pinned>;
   constexpr int kKeys = Layout::kKeys, kStages = Layout::kStages, kScores = kKeys / 2;  // S registers per thread
   using Regs = Registers<D, Keys, Groups>;
   constexpr int kRows = Block<Groups>::kRows, kConsumers = Groups, kConsumerThreads = Block<Groups>::kConsumerThreads;
@@ -444,6 +447,17 @@ __global__ void __launch_bounds__(Block<Groups>::kThreads, 1)
   // per score. Otherwise the scores are scaled first (pre) and the FFMA multiplies by one.
   const bool fold = p.scale_log2 > 0.0f;
   const float pre = fold ? 1.0f : p.scale_log2, post = fold ? p.scale_log2 : 1.0f;
+  // The pin (Pinned: head dim 128; bench/NOTES.md CUDA entry 42). ptxas hoists the wait for P V
+  // of block j - 1 above the whole softmax of block j (see the loop), so that the softmax runs
+  // under the other warpgroup's matrix work only. It keeps shared-memory accesses in order with
+  // that wait, so each thread stores the row sums, which need every exponential of the block,
+  // to 8 bytes of its own: the exponentials then run under this warpgroup's own P V too.
+  const uint32_t pin = static_cast<uint32_t>(__cvta_generic_to_shared(shared + Layout::kPinOffset + 8 * threadIdx.x));
+  auto pin_exponentials = [&](const float(&sums)[2]) {
+    if constexpr (Pinned) {
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(pin), "f"(sums[0]), "f"(sums[1]) : "memory");
+    }
+  };
   auto softmax = [&](int j) {
     const int kb = w.key_begin + j * kKeys;
     if (w.packed || windowed || kb + kKeys > w.key_end) {  // the same for the whole block
@@ -473,6 +487,7 @@ __global__ void __launch_bounds__(Block<Groups>::kThreads, 1)
       s[i] = exp2_fast(fmaf(s[i], post, -row_base[i % 4 / 2]));
       row_sum[i % 4 / 2] += s[i];
     }
+    pin_exponentials(row_sum);
   };
   // P (the exponentiated S) into P V's A fragments: two n-blocks of S are one k16 fragment.
   auto pack_p = [&] {
@@ -683,8 +698,8 @@ __global__ void __launch_bounds__(Block<Groups>::kThreads, 1)
         if constexpr (kReleaseKAfterSoftmax) release_k(n + j);
         // ptxas hoists this wait above the softmax (the PTX has it below; with K released late,
         // above its exponentials): the softmax runs after P V of block j - 1, under the other
-        // warpgroup's matrix work only. Keeping it below (a shared store in between pins it)
-        // lost 1-4% (bench/NOTES.md CUDA entry 16).
+        // warpgroup's matrix work only. The pin keeps it below the exponentials at head dim
+        // 128 (+2-7%); at head dims 64-80 that lost 1-7% (bench/NOTES.md CUDA entries 16, 42).
         sm90::wgmma_wait<0>();
         sm90::fence_operands(o);
         sm90::fence_operands(p_now);
@@ -765,9 +780,9 @@ bool encode_map(CUtensorMap& map, const void* base, int head_dim, int heads, int
 
 // One block per SM (registers allow no more) walks the items; the grid is sized for the
 // bucket, so no more blocks than it.
-template <typename T, int D, int Keys, int Groups>
+template <typename T, int D, int Keys, int Groups, bool Pinned>
 cudaError_t launch(const KernelParams& kp, int tail_limit, dim3 grid, cudaStream_t stream) {
-  auto kernel = flash_fwd_sm90_kernel<T, D, Keys, Groups>;
+  auto kernel = flash_fwd_sm90_kernel<T, D, Keys, Groups, Pinned>;
   // Whole Q tiles and K/V blocks by TMA (NOTES CUDA 23); test knob: VISATTN_CUDA_SM90_TMA=0
   // copies everything with cp.async, as partial tiles always are.
   static const bool tma = [] {
@@ -788,7 +803,7 @@ cudaError_t launch(const KernelParams& kp, int tail_limit, dim3 grid, cudaStream
                  (long long)kp.q_token_stride, (long long)kp.q_head_stride, (long long)kp.k_token_stride,
                  (long long)kp.k_head_stride, (long long)kp.v_token_stride, (long long)kp.v_head_stride);
   }
-  constexpr int kBytes = Tiles<D, Keys, Groups>::kBytes;
+  constexpr int kBytes = Tiles<D, Keys, Groups, Pinned>::kBytes;
   cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   int device = 0, sms = 0;
   if (status == cudaSuccess) status = cudaGetDevice(&device);
@@ -805,18 +820,33 @@ cudaError_t launch(const KernelParams& kp, int tail_limit, dim3 grid, cudaStream
   return cudaGetLastError();
 }
 
+// The pin at head dim 128 only (bench/NOTES.md CUDA entry 42: internvit +7%, hd128-long4 +2% on
+// an H100; at head dims 64-80, where P V is shorter, it lost 1-7%). Test knob:
+// VISATTN_CUDA_SM90_PIN=0 turns it off.
+template <typename T, int D, int Keys>
+cudaError_t launch_two_groups(const KernelParams& kp, int tail_limit, dim3 grid, cudaStream_t stream) {
+  if constexpr (D == 128) {
+    static const bool pinned = [] {
+      const char* set = std::getenv("VISATTN_CUDA_SM90_PIN");
+      return !(set && std::strcmp(set, "0") == 0);
+    }();
+    if (pinned) return launch<T, D, Keys, 2, true>(kp, tail_limit, grid, stream);
+  }
+  return launch<T, D, Keys, 2, false>(kp, tail_limit, grid, stream);
+}
+
 template <typename T>
 cudaError_t dispatch(const KernelParams& kp, int head_dim_pad, Kernel kernel, int tail_limit, dim3 grid,
                      cudaStream_t stream) {
   if (kernel == Kernel::sm90_three_groups) {
-    return head_dim_pad == 64 ? launch<T, 64, kSm90Keys, 3>(kp, tail_limit, grid, stream) : cudaErrorInvalidValue;
+    return head_dim_pad == 64 ? launch<T, 64, kSm90Keys, 3, false>(kp, tail_limit, grid, stream) : cudaErrorInvalidValue;
   }
   return Sm90HeadDims::visit(head_dim_pad, cudaErrorInvalidValue, [&](auto d) {
     constexpr int D = decltype(d)::value;
     if constexpr (sm90_wide_keys(D) != kSm90Keys) {
-      if (kernel == Kernel::sm90_wide_keys) return launch<T, D, sm90_wide_keys(D), 2>(kp, tail_limit, grid, stream);
+      if (kernel == Kernel::sm90_wide_keys) return launch_two_groups<T, D, sm90_wide_keys(D)>(kp, tail_limit, grid, stream);
     }
-    return launch<T, D, kSm90Keys, 2>(kp, tail_limit, grid, stream);
+    return launch_two_groups<T, D, kSm90Keys>(kp, tail_limit, grid, stream);
   });
 }
 
