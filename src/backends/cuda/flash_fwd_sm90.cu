@@ -128,9 +128,9 @@ __device__ inline void store_slot(ItemSlot* slot, const ItemSlot& item, bool wri
 // Shared memory of head dim D (padded) and key blocks of kKeys (S is m64 x kKeys per
 // warpgroup): the Q buffers (each warpgroup's Q), then the stages (K, then V), each a tile of
 // 128-byte rows (64 elements) per 64-column atom of the head dim; then the barriers and an item
-// slot per Q buffer. As many stages as fit, up to 4; a second Q buffer where it costs no stage
+// slot per Q buffer, and the pin's words where Pinned (see the softmax). As many stages as fit, up to 4; a second Q buffer where it costs no stage
 // (head dim 64), so that the next item's Q lands while this one runs.
-template <int D, int Keys, int Groups, bool Pinned = false>
+template <int D, int Keys, int Groups, bool Pinned>
 struct Tiles {
   static constexpr int kKeys = Keys;
   static constexpr int kAtoms = (D + 63) / 64;
@@ -447,7 +447,7 @@ __global__ void __launch_bounds__(Block<Groups>::kThreads, 1)
   // per score. Otherwise the scores are scaled first (pre) and the FFMA multiplies by one.
   const bool fold = p.scale_log2 > 0.0f;
   const float pre = fold ? 1.0f : p.scale_log2, post = fold ? p.scale_log2 : 1.0f;
-  // The pin (Pinned: head dim 128; bench/NOTES.md CUDA entry 42). ptxas hoists the wait for P V
+  // The pin (Pinned: head dim 128; bench/NOTES.md CUDA entries 42-43). ptxas hoists the wait for P V
   // of block j - 1 above the whole softmax of block j (see the loop), so that the softmax runs
   // under the other warpgroup's matrix work only. It keeps shared-memory accesses in order with
   // that wait, so each thread stores the row sums, which need every exponential of the block,
