@@ -127,9 +127,10 @@ __device__ inline void store_slot(ItemSlot* slot, const ItemSlot& item, bool wri
 
 // Shared memory of head dim D (padded) and key blocks of kKeys (S is m64 x kKeys per
 // warpgroup): the Q buffers (each warpgroup's Q), then the stages (K, then V), each a tile of
-// 128-byte rows (64 elements) per 64-column atom of the head dim; then the barriers and an item
-// slot per Q buffer, and the pin's words where Pinned (see the softmax). As many stages as fit, up to 4; a second Q buffer where it costs no stage
-// (head dim 64), so that the next item's Q lands while this one runs.
+// 128-byte rows (64 elements) per 64-column atom of the head dim; then the barriers, an item
+// slot per Q buffer and, where Pinned, the pin's words (see the softmax). As many stages as
+// fit, up to 4; a second Q buffer where it costs no stage (head dim 64), so that the next
+// item's Q lands while this one runs.
 template <int D, int Keys, int Groups, bool Pinned>
 struct Tiles {
   static constexpr int kKeys = Keys;
