@@ -61,11 +61,13 @@ build/visattn info | tee -a "$OUT/summary.txt"
 # (phases carried across items, Q reloaded early, the snake order's turns).
 FORCED_SM90="VISATTN_CUDA_SM90=1 VISATTN_CUDA_SM90_GRID=7"
 
-# sanitize_cuda TOOL LABEL [VAR=value...]: compute-sanitizer's TOOL on 12 check cases of the cuda
-# backend with those settings; its summary line into the summary.
+# sanitize_cuda TOOL LABEL [VAR=value...]: compute-sanitizer's TOOL on 21 check cases of the cuda
+# backend with those settings; its summary line into the summary. Case i has head dim
+# kCheckedHeadDims[i / 3 % 7] (src/check/case.cpp): 21 cases reach every head dim (the 12 of
+# before stopped at 80, so no sanitizer saw the head dim 96-128 kernels).
 sanitize_cuda() {
   local tool=$1 label=$2; shift 2
-  env "$@" timeout 200 compute-sanitizer --tool "$tool" --error-exitcode 9 build/visattn check --backend cuda --cases 12 --seed 3 \
+  env "$@" timeout 200 compute-sanitizer --tool "$tool" --error-exitcode 9 build/visattn check --backend cuda --cases 21 --seed 3 \
     > "$LOGS/sanitizer_${tool}_$label.log" 2>&1
   echo "$tool $label rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/sanitizer_${tool}_$label.log" | tail -1)" | tee -a "$OUT/summary.txt"
 }
@@ -155,7 +157,7 @@ for tool in memcheck racecheck; do
   sanitize_cuda $tool forced_three $FORCED_SM90 VISATTN_CUDA_SM90_GROUPS=3  # its round-robin turns at head dim 64
 done
 # The adversarial gtests' shapes (class-token tails, tile and key-block edges) on the forced sm90
-# kernel: racecheck over cases the 12 random check cases above do not meet. The tail path
+# kernel: racecheck over cases the 21 random check cases above do not meet. The tail path
 # is off: its loads, ordered before one lane's "empty" arrival by __syncwarp, are hazards to
 # racecheck, which follows only per-thread arrivals (bench/NOTES.md CUDA 34, 36).
 env $FORCED_SM90 VISATTN_CUDA_SM90_TAIL=0 timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 build/tests/visattn_tests \
