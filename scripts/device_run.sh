@@ -124,10 +124,11 @@ log "check cuda, the sm90 (wgmma) kernel on every batch (VISATTN_CUDA_SM90=1) on
 # block size on every batch, whatever the lengths would pick; then a last block of up to 100
 # keys on the tail path (mma.sync; by default at most 4); then the three-warpgroup form on every
 # head dim 64 batch, its tail path too; then every tile copied by cp.async (TMA off: the path of
-# partial tiles, and of a driver that encodes no tensor map).
-for keys in 128 wide tail three $([ -n "${SHORT:-}" ] || echo copies); do
+# partial tiles, and of a driver that encodes no tensor map); then head dim 128 without the pin
+# (VISATTN_CUDA_SM90_PIN=0, its knob).
+for keys in 128 wide tail three $([ -n "${SHORT:-}" ] || echo copies unpinned); do
   setting=$(case $keys in tail) echo VISATTN_CUDA_SM90_TAIL=100 ;; three) echo VISATTN_CUDA_SM90_GROUPS=3 VISATTN_CUDA_SM90_TAIL=100 ;;
-            copies) echo VISATTN_CUDA_SM90_TMA=0 ;; esac)
+            copies) echo VISATTN_CUDA_SM90_TMA=0 ;; unpinned) echo VISATTN_CUDA_SM90_PIN=0 ;; esac)
   block=$(case $keys in 128) echo VISATTN_CUDA_SM90_KEYS=128 ;; three) ;; *) echo VISATTN_CUDA_SM90_KEYS=wide ;; esac)
   env $FORCED_SM90 $block $setting \
     timeout 300 build/visattn check --backend cuda --cases 200 --seed 9 > "$LOGS/check_cuda_sm90_$keys.log" 2>&1

@@ -453,9 +453,9 @@ __global__ void __launch_bounds__(Block<Groups>::kThreads, 1)
   // under the other warpgroup's matrix work only. It keeps shared-memory accesses in order with
   // that wait, so each thread stores the row sums, which need every exponential of the block,
   // to 8 bytes of its own: the exponentials then run under this warpgroup's own P V too.
-  const uint32_t pin = static_cast<uint32_t>(__cvta_generic_to_shared(shared + Layout::kPinOffset + 8 * threadIdx.x));
   auto pin_exponentials = [&](const float(&sums)[2]) {
     if constexpr (Pinned) {
+      const uint32_t pin = static_cast<uint32_t>(__cvta_generic_to_shared(shared + Layout::kPinOffset + 8 * threadIdx.x));
       asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(pin), "f"(sums[0]), "f"(sums[1]) : "memory");
     }
   };
