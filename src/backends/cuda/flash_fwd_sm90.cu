@@ -199,7 +199,7 @@ struct TensorMaps {
 
 template <typename T, int D, int Keys, int Groups, bool Pinned>
 __global__ void __launch_bounds__(Block<Groups>::kThreads, 1)
-    flash_fwd_sm90_kernel(const KernelParams p, int tail_limit, bool early_q, const __grid_constant__ TensorMaps maps) {
+    flash_fwd_sm90_kernel(const KernelParams p, int tail_limit, const __grid_constant__ TensorMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Layout = Tiles<D, Keys, Groups, Pinned>;
   constexpr int kKeys = Layout::kKeys, kStages = Layout::kStages, kScores = kKeys / 2;  // S registers per thread
@@ -356,14 +356,7 @@ __global__ void __launch_bounds__(Block<Groups>::kThreads, 1)
     __syncwarp();
     if (lane == 0) mbarrier::arrive(barrier);
   };
-  // K of block n; with `and_q`, this warp's Q too (see early_q).
-  auto release_k = [&](int n, bool and_q = false) {
-    __syncwarp();
-    if (lane == 0) {
-      mbarrier::arrive(&empty_k[n % kStages]);
-      if (and_q) mbarrier::arrive(q_empty_now);
-    }
-  };
+  auto release_k = [&](int n) { release(&empty_k[n % kStages]); };
   auto release_v = [&](int n) { release(&empty_v[n % kStages]); };
   // Turns: the warpgroups take turns issuing their wgmmas, round robin (named barrier 2 + g is
   // warpgroup g's turn: it begins when the warpgroup before has ended its own), so that one's
@@ -685,15 +678,11 @@ __global__ void __launch_bounds__(Block<Groups>::kThreads, 1)
 #pragma unroll
     for (int h = 0; h < 2; ++h) row_max[h] = sink, row_sum[h] = p.sinks && quad == 0 ? 1.0f : 0.0f;
     if (own_begin < own_end) {
-      const int full_end = own_end - (tail > 0);  // blocks on the tensor cores
-      // With early_q, a warp frees its Q buffer with K of the item's last S (a tail block's
-      // mma.sync reads Q: then after it), so that the next item's Q lands during the last
-      // softmax and P V, not after them. Only where Q has one buffer and stays in it.
-      const bool q_with_last_k = !kQInRegisters && early_q && !tail;
       clear_o();  // only now: O is no wgmma's while S is in flight (else ptxas serializes)
-      release_k(n + own_begin, q_with_last_k && full_end == own_begin + 1);
+      release_k(n + own_begin);
       softmax(own_begin);  // O is zero: nothing to rescale
       pack_p();
+      const int full_end = own_end - (tail > 0);  // blocks on the tensor cores
       for (int j = own_begin + 1; j < full_end; ++j) {
         wait_k(n + j);
         wait_v(n + j - 1);
@@ -705,9 +694,9 @@ __global__ void __launch_bounds__(Block<Groups>::kThreads, 1)
         turn_end();
         sm90::wgmma_wait<1>();  // S of block j; P V of block j - 1 still runs
         sm90::fence_operands(s);
-        if constexpr (!kReleaseKAfterSoftmax) release_k(n + j, q_with_last_k && j == full_end - 1);
+        if constexpr (!kReleaseKAfterSoftmax) release_k(n + j);
         softmax(j);
-        if constexpr (kReleaseKAfterSoftmax) release_k(n + j, q_with_last_k && j == full_end - 1);
+        if constexpr (kReleaseKAfterSoftmax) release_k(n + j);
         // ptxas hoists this wait above the softmax (the PTX has it below; with K released late,
         // above its exponentials): the softmax runs after P V of block j - 1, under the other
         // warpgroup's matrix work only. The pin keeps it below the exponentials at head dim
@@ -720,7 +709,7 @@ __global__ void __launch_bounds__(Block<Groups>::kThreads, 1)
         pack_p();
       }
       // Every S of the item is done: the producer may load the next Q.
-      if (!kQInRegisters && !tail && !early_q) release(q_empty_now);
+      if (!kQInRegisters && !tail) release(q_empty_now);
       wait_v(n + full_end - 1);
       sm90::fence_async_shared();
       turn_begin();
@@ -795,12 +784,6 @@ bool encode_map(CUtensorMap& map, const void* base, int head_dim, int heads, int
 template <typename T, int D, int Keys, int Groups, bool Pinned>
 cudaError_t launch(const KernelParams& kp, int tail_limit, dim3 grid, cudaStream_t stream) {
   auto kernel = flash_fwd_sm90_kernel<T, D, Keys, Groups, Pinned>;
-  // Q freed with the item's last S (see the kernel); test knob: VISATTN_CUDA_SM90_EARLY_Q=0
-  // frees it after the item's last softmax, as before (bench/NOTES.md CUDA entry 44).
-  static const bool early_q = [] {
-    const char* set = std::getenv("VISATTN_CUDA_SM90_EARLY_Q");
-    return !(set && std::strcmp(set, "0") == 0);
-  }();
   // Whole Q tiles and K/V blocks by TMA (NOTES CUDA 23); test knob: VISATTN_CUDA_SM90_TMA=0
   // copies everything with cp.async, as partial tiles always are.
   static const bool tma = [] {
@@ -834,7 +817,7 @@ cudaError_t launch(const KernelParams& kp, int tail_limit, dim3 grid, cudaStream
     return set ? std::max(1, std::atoi(set)) : INT_MAX;
   }();
   grid.x = std::min<unsigned>(grid.x, unsigned(std::min(sms, cap)));
-  kernel<<<grid, Block<Groups>::kThreads, kBytes, stream>>>(kp, tail_limit, early_q, maps);
+  kernel<<<grid, Block<Groups>::kThreads, kBytes, stream>>>(kp, tail_limit, maps);
   return cudaGetLastError();
 }
 
