@@ -89,7 +89,16 @@ sanitize_cuda_both() {
 
 # With SANITIZER_ONLY, SANITIZER_SETTINGS="VAR=value[,VAR=value] ..." adds both tools on the
 # forced kernel with each setting (an experiment's knob), and FORCED_CHECKS (below) runs too.
+# VARIANTS (below) are timed first, by the CLI's bench (unprepared calls of the cuda backend, no
+# pip build: the cheapest A/B of a kernel knob) on VARIANT_WORKLOADS (default: the public suite).
 if [ -n "${SANITIZER_ONLY:-}" ]; then
+  for variant in ${VARIANTS:-}; do
+    name=${variant%%:*}; settings=${variant#*:}
+    log "variant $name ($settings), the CLI bench"
+    env ${settings//,/ } timeout 120 build/visattn bench --backend cuda --no-layer \
+      --workloads "${VARIANT_WORKLOADS:-bench/public_workloads.json}" --json "$OUT/bench_$name.json" > "$LOGS/bench_$name.log" 2>&1
+    echo "rc=$?" >> "$LOGS/bench_$name.log"; grep -vE '^ +\[' "$LOGS/bench_$name.log" | tail -12 | tee -a "$OUT/summary.txt"
+  done
   for tool in memcheck racecheck; do
     sanitize_cuda_both $tool
     n=0; for settings in ${SANITIZER_SETTINGS:-}; do
